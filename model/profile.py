@@ -1,0 +1,98 @@
+"""Version profiles: the documented behaviour differences of the real store.
+
+A :class:`Profile` is a parameter of the model, never a fork of it.  Sources:
+``../shared/SEMANTICS.md`` ("Releases") and vLLM's
+``vllm/distributed/device_communicators/shm_object_storage.py``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal
+
+TouchMode = Literal["none", "counting", "protecting"]
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Behaviour switches of one store version.
+
+    Attributes:
+        name: stable profile name (appears in report.json).
+        clear_keeps_ids: ``clear()`` keeps ``id_end`` and sets ``id_start = id_end``
+            (vLLM >= 0.32); otherwise ids reset to 0 (vLLM < 0.32).
+        signed: reader ``get``/``touch`` take ``(signature, key)`` and check an
+            HMAC before touching shared memory (vLLM >= 0.32).
+        touch: ``"none"`` (vLLM 0.11), ``"counting"`` (0.12 - 0.31: touch bumps
+            a count) or ``"protecting"`` (>= 0.32: the writer's touch protects a
+            chunk from eviction until ``get_cached`` or ``release_touches``).
+        bind_generation: signatures also bind the id generation
+            (``abs_id // 2**31``), so a handle from before an id wrap never
+            verifies again (impl/ only).
+        lenient_stale: a handle whose chunk is no longer live may still return
+            the object originally put under it (the store reads the freed but
+            not yet overwritten bytes).  NRR allows that outcome; the hardened
+            store never does it.
+        data_offset: physical offset of the data region in the segment, bytes
+            (32 where a signing secret precedes it).
+        has_close: the storage has ``close()`` (vLLM >= 0.15).
+    """
+
+    name: str
+    clear_keeps_ids: bool
+    signed: bool
+    touch: TouchMode
+    bind_generation: bool = False
+    lenient_stale: bool = True
+    data_offset: int = 0
+    has_close: bool = False
+
+
+VLLM_0_11 = Profile("vllm-0.11", clear_keeps_ids=False, signed=False, touch="none")
+VLLM_0_12 = Profile("vllm-0.12", clear_keeps_ids=False, signed=False, touch="counting")
+VLLM_0_15 = Profile(
+    "vllm-0.15", clear_keeps_ids=False, signed=False, touch="counting", has_close=True
+)
+VLLM_0_32 = Profile(
+    "vllm-0.32",
+    clear_keeps_ids=True,
+    signed=True,
+    touch="protecting",
+    data_offset=32,
+    has_close=True,
+)
+IMPL = Profile(
+    "impl",
+    clear_keeps_ids=True,
+    signed=True,
+    touch="protecting",
+    bind_generation=True,
+    lenient_stale=False,
+    data_offset=32,
+    has_close=True,
+)
+
+PROFILES: dict[str, Profile] = {
+    p.name: p for p in (VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, IMPL)
+}
+
+
+def profile_for_vllm(version: str) -> Profile:
+    """The profile of a vLLM release ``"X.Y.Z"`` (releases from 0.11.0 on).
+
+    Raises:
+        ValueError: the version does not parse or predates the store (0.11.0).
+    """
+    try:
+        parts = tuple(int(p) for p in version.split(".")[:2])
+    except ValueError:
+        raise ValueError(f"not a vLLM release number: {version!r}") from None
+    if len(parts) < 2 or parts < (0, 11):
+        raise ValueError(f"vLLM {version} predates the shared-memory object store (0.11.0)")
+    if parts >= (0, 32):
+        return VLLM_0_32
+    if parts >= (0, 15):
+        return VLLM_0_15
+    if parts >= (0, 12):
+        return VLLM_0_12
+    return VLLM_0_11

@@ -1,0 +1,160 @@
+"""The ring buffer's allocation and FIFO-free arithmetic, as pure functions.
+
+Mirrors ``SingleWriterShmRingBuffer`` of vLLM >= 0.12 (SEMANTICS.md "Ring
+buffer").  Addresses are *virtual* byte addresses (they may exceed the ring
+size ``B``; the physical offset is ``address % B``).  Ids are modulo
+``ID_MAX = 2**31``.  Every function returns a new :class:`Ring`; nothing is
+mutated.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, replace
+from typing import Any, Callable
+
+from .errors import OutOfSpace
+
+ID_MAX = 2**31
+"""Ids are int32 in the header and wrap modulo this (exclusive bound)."""
+
+HEADER_BYTES = 8
+"""``[id: int32 LE][chunk_size: int32 LE]`` in front of every chunk."""
+
+
+@dataclass(frozen=True)
+class Chunk:
+    """One live chunk.
+
+    Attributes:
+        id: monotonic id modulo 2**31.
+        abs_id: absolute allocation number (never wraps, never resets); the
+            model's name for "which allocation this is".
+        address: virtual address of the header, bytes.
+        size: chunk size including the 8 header bytes, bytes.
+        key, value: the object stored (``None`` for bare ring allocations).
+        writer_count: promises made by put / get_cached (each promises one
+            read by each of ``n_readers`` readers).
+        reader_count: reads counted by readers.
+        protected: kept from eviction by a protecting ``touch`` (vLLM >= 0.32).
+        reads: ``((reader, count), ...)`` reads per reader, for the client
+            protocol predicate (not part of the real store's state).
+    """
+
+    id: int
+    abs_id: int
+    address: int
+    size: int
+    key: str | None = None
+    value: Any = None
+    writer_count: int = 0
+    reader_count: int = 0
+    protected: bool = False
+    reads: tuple[tuple[str, int], ...] = ()
+
+    @property
+    def handle(self) -> tuple[int, int]:
+        """``(address, id)`` as returned by ``put`` / ``get_cached``."""
+        return (self.address, self.id)
+
+
+@dataclass(frozen=True)
+class Ring:
+    """Writer-private ring state.  ``chunks`` are the live chunks, oldest first."""
+
+    size: int
+    start: int = 0
+    end: int = 0
+    id_start: int = 0
+    id_end: int = 0
+    chunks: tuple[Chunk, ...] = ()
+
+    def physical(self, address: int) -> int:
+        """Physical offset of a virtual address inside the data region, bytes."""
+        return address % self.size
+
+    def by_id(self, id_: int) -> Chunk | None:
+        for c in self.chunks:
+            if c.id == id_:
+                return c
+        return None
+
+
+def plan_allocation(ring: Ring, size: int) -> int:
+    """Virtual address where a ``size``-byte payload would go.
+
+    Raises:
+        OutOfSpace: no contiguous room of ``size + 8`` bytes (OOM).
+        ValueError: ``size <= 0``.
+    """
+    if size <= 0:
+        raise ValueError("Size must be greater than 0")
+    n = size + HEADER_BYTES
+    end = ring.end
+    if end % ring.size + n > ring.size:
+        end = (end // ring.size + 1) * ring.size
+    if end + n - ring.start > ring.size:
+        raise OutOfSpace()
+    return end
+
+
+def allocate(ring: Ring, size: int, abs_id: int, **fields: Any) -> tuple[Ring, Chunk]:
+    """Allocate ``size`` payload bytes; returns the new ring and the chunk.
+
+    ``fields`` (key, value, writer_count, ...) are stored on the chunk.
+
+    Raises:
+        OutOfSpace: see :func:`plan_allocation`; the ring is unchanged.
+    """
+    address = plan_allocation(ring, size)
+    chunk = Chunk(
+        id=ring.id_end, abs_id=abs_id, address=address, size=size + HEADER_BYTES, **fields
+    )
+    ring = replace(
+        ring,
+        end=address + chunk.size,
+        id_end=(ring.id_end + 1) % ID_MAX,
+        chunks=ring.chunks + (chunk,),
+    )
+    return ring, chunk
+
+
+def free(
+    ring: Ring, is_free: Callable[[Chunk], bool], nbytes: int | None = None
+) -> tuple[Ring, tuple[Chunk, ...]]:
+    """FIFO free from the oldest chunk until ``nbytes`` (default: the ring
+    size) have been freed or the oldest chunk is busy.
+
+    Returns the new ring and the freed chunks, oldest first (property FIFO).
+    """
+    if nbytes is None:
+        nbytes = ring.size
+    chunks = list(ring.chunks)
+    start, end, id_start = ring.start, ring.end, ring.id_start
+    freed: list[Chunk] = []
+    freed_bytes = 0
+    while chunks and chunks[0].id == id_start and freed_bytes < nbytes:
+        oldest = chunks[0]
+        if not is_free(oldest):
+            break
+        chunks.pop(0)
+        freed.append(oldest)
+        id_start = (id_start + 1) % ID_MAX
+        if chunks and chunks[0].id == id_start:
+            start += (chunks[0].address - start) % ring.size
+        else:
+            start = end = 0
+        freed_bytes += oldest.size
+    if start >= ring.size:
+        start -= ring.size
+        end -= ring.size
+    return (
+        replace(ring, start=start, end=end, id_start=id_start, chunks=tuple(chunks)),
+        tuple(freed),
+    )
+
+
+def clear(ring: Ring, keep_ids: bool) -> Ring:
+    """Drop every chunk.  ``keep_ids``: vLLM >= 0.32 (id_start = id_end);
+    otherwise ids reset to 0 (older releases; breaks CLR)."""
+    id_end = ring.id_end if keep_ids else 0
+    return replace(ring, start=0, end=0, id_start=id_end, id_end=id_end, chunks=())

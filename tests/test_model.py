@@ -1,0 +1,213 @@
+"""Unit tests of the reference model; expected values worked out by hand from SEMANTICS.md."""
+
+import pytest
+
+from shmspec.model import FORGED, IMPL, Action, Sig, initial, step
+from shmspec.model import ring as R
+from shmspec.model.errors import OutOfSpace
+from shmspec.model.profile import VLLM_0_11, VLLM_0_12, VLLM_0_32, profile_for_vllm
+from shmspec.model.properties import check_state, check_transition, protocol_kept
+
+
+def test_ring_100_bytes_by_hand():
+    r = R.Ring(100)
+    r, c0 = R.allocate(r, 20, 0)
+    assert c0.handle == (0, 0) and r.end == 28
+    r, c1 = R.allocate(r, 30, 1)
+    assert c1.handle == (28, 1) and r.end == 66
+    # free both: nothing left, so start = end = 0 (vLLM >= 0.12)
+    r, freed = R.free(r, lambda c: True)
+    assert [c.id for c in freed] == [0, 1]
+    assert (r.start, r.end, r.id_start, r.id_end) == (0, 0, 2, 2)
+    r, c2 = R.allocate(r, 40, 2)
+    assert c2.handle == (0, 2) and r.end == 48
+    r, c3 = R.allocate(r, 40, 3)
+    assert c3.handle == (48, 3) and r.end == 96
+    # 20 more: 96 % 100 + 28 > 100 -> jump to 100; 100 + 28 - 0 > 100 -> MemoryError, nothing changes
+    with pytest.raises(OutOfSpace):
+        R.allocate(r, 20, 4)
+    assert r.end == 96
+    # free the oldest only: start moves to the next live chunk (48)
+    r, freed = R.free(r, lambda c: True, nbytes=1)
+    assert [c.id for c in freed] == [2] and r.start == 48
+    # now the wrap fits: 100 + 28 - 48 = 80 <= 100
+    r, c4 = R.allocate(r, 20, 4)
+    assert c4.handle == (100, 4) and r.end == 128
+    # free id 3: start = 48 + (100 - 48) % 100 = 100 >= B -> both drop by B
+    r, freed = R.free(r, lambda c: c.id == 3)
+    assert [c.id for c in freed] == [3]
+    assert (r.start, r.end) == (0, 28)
+
+
+def test_vllm_docstring_scenario_after_freeing_only_the_first():
+    r = R.Ring(100)
+    r, _ = R.allocate(r, 20, 0)
+    r, _ = R.allocate(r, 30, 1)
+    r, _ = R.free(r, lambda c: c.id == 0)
+    assert (r.start, r.end) == (28, 66)
+    # 40 bytes: 66 + 48 > 100 -> jump to 100; 100 + 48 - 28 = 120 > 100 -> MemoryError
+    with pytest.raises(OutOfSpace):
+        R.allocate(r, 40, 2)
+
+
+def test_busy_oldest_blocks_fifo():
+    r = R.Ring(100)
+    for i in range(3):
+        r, _ = R.allocate(r, 10, i)
+    r, freed = R.free(r, lambda c: c.id != 0)
+    assert freed == () and r.id_start == 0
+
+
+def test_exact_fit_and_one_byte_over():
+    r = R.Ring(64)
+    r, c = R.allocate(r, 56, 0)  # 56 + 8 == 64 fits exactly
+    assert c.handle == (0, 0) and r.end == 64
+    with pytest.raises(OutOfSpace):
+        R.allocate(R.Ring(64), 57, 0)
+
+
+def test_ids_wrap_modulo_2_31():
+    r = R.Ring(100, id_start=2**31 - 1, id_end=2**31 - 1)
+    r, a = R.allocate(r, 10, 0)
+    r, b = R.allocate(r, 10, 1)
+    assert (a.id, b.id, r.id_end) == (2**31 - 1, 0, 1)
+    r, freed = R.free(r, lambda c: True)
+    assert [c.id for c in freed] == [2**31 - 1, 0]
+
+
+def _store(profile=IMPL, B=100, max_obj=40, n=2):
+    s = initial(profile, B, max_obj, n)
+    for r in ("r1", "r2"):
+        s, o = step(s, Action.of("attach_reader", r, lock=True))
+        assert o.ok
+    return s
+
+
+def test_put_get_and_reclaim_threshold():
+    s = _store()
+    s, o = step(s, Action.of("put", key="a", value="A", nbytes=20))
+    assert o.value == (0, 0)
+    s, sig = step(s, Action.of("get_signature", key="a"))
+    assert sig.value == Sig("a", 0, 0, 0)
+    s, o = step(s, Action.of("get", "r1", address=0, id=0, signature=sig.value, key="a"))
+    assert o.value == "A"
+    # one of two readers has read: not free, so FIFO free reclaims nothing
+    s2, _ = step(s, Action.of("free_unused"))
+    assert len(s2.ring.chunks) == 1
+    s, o = step(s, Action.of("get", "r2", address=0, id=0, signature=sig.value, key="a"))
+    s, _ = step(s, Action.of("free_unused"))
+    assert s.ring.chunks == ()
+    s, o = step(s, Action.of("get", "r1", address=0, id=0, signature=sig.value, key="a"))
+    assert o.error == "StaleHandle" and not o.stale_may_return
+
+
+def test_duplicate_oversize_unknown_and_lock():
+    s = _store()
+    s, _ = step(s, Action.of("put", key="a", value="A", nbytes=20))
+    s2, o = step(s, Action.of("put", key="a", value="B", nbytes=20))
+    assert o.error == "DuplicateKey" and s2 == s
+    s2, o = step(s, Action.of("put", key="b", value="B", nbytes=41))
+    assert o.error == "ObjectTooLarge" and s2 == s
+    _, o = step(s, Action.of("get_cached", key="zz"))
+    assert o.error == "UnknownKey"
+    _, o = step(s, Action.of("attach_reader", "r3", lock=False))
+    assert o.error == "MissingReaderLock"
+
+
+def test_put_frees_then_retries_and_oom_keeps_the_free():
+    s = _store(n=1)
+    s, _ = step(s, Action.of("put", key="a", value="A", nbytes=40))  # (0,0) end 48
+    s, _ = step(s, Action.of("put", key="b", value="B", nbytes=40))  # (48,1) end 96
+    s, o = step(s, Action.of("put", key="c", value="C", nbytes=20))
+    assert o.error == "OutOfSpace"  # nothing read yet: nothing can be freed
+    sig = Sig("a", 0, 0, 0)
+    s, _ = step(s, Action.of("get", "r1", address=0, id=0, signature=sig, key="a"))
+    s, o = step(s, Action.of("put", key="c", value="C", nbytes=20))
+    assert o.value == (100, 2)  # a freed by the retry; c wraps
+    assert [c.key for c in s.ring.chunks] == ["b", "c"]
+
+
+def test_signatures_forged_missing_and_fields():
+    s = _store()
+    s, _ = step(s, Action.of("put", key="a", value="A", nbytes=20))
+    good = Sig("a", 0, 0, 0)
+    for kw, kind in [
+        (dict(signature=FORGED, key="a"), "BadSignature"),
+        (dict(signature=good, key="b"), "BadSignature"),
+        (dict(signature=None, key="a"), "MissingSignature"),
+        (dict(signature=[1, 2], key="a"), "BadHandleFields"),
+    ]:
+        _, o = step(s, Action.of("get", "r1", address=0, id=0, **kw))
+        assert o.error == kind
+    _, o = step(s, Action.of("get", "r1", address=-1, id=0, signature=good, key="a"))
+    assert o.error == "BadHandleFields"
+    _, o = step(s, Action.of("get", "r1", address=100, id=0, signature=good, key="a"))
+    assert o.error == "BadSignature"  # altered address, signature binds it
+
+
+def test_clear_keeps_or_resets_ids():
+    for profile, expected in ((VLLM_0_32, (0, 1)), (VLLM_0_11, (0, 0))):
+        s = _store(profile)
+        s, _ = step(s, Action.of("put", key="a", value="A", nbytes=20))
+        s, _ = step(s, Action.of("clear"))
+        s, o = step(s, Action.of("put", key="b", value="B", nbytes=20))
+        assert o.value == expected
+    # older profile: the pre-clear handle (0, 0) resolves to the new object: CLR broken by design
+    _, o = step(s, Action.of("get", "r1", address=0, id=0))
+    assert o.value == "B"
+
+
+def test_protecting_touch_and_counting_touch():
+    s = _store(n=1)
+    s, _ = step(s, Action.of("put", key="a", value="A", nbytes=20))
+    s, _ = step(s, Action.of("get", "r1", address=0, id=0, signature=Sig("a", 0, 0, 0), key="a"))
+    s, _ = step(s, Action.of("touch", key="a"))
+    s2, _ = step(s, Action.of("free_unused"))
+    assert len(s2.ring.chunks) == 1  # protected
+    s, _ = step(s, Action.of("release_touches"))
+    s, _ = step(s, Action.of("free_unused"))
+    assert s.ring.chunks == ()
+    c = _store(VLLM_0_12, n=1)
+    c, _ = step(c, Action.of("put", key="a", value="A", nbytes=20))
+    c, _ = step(c, Action.of("touch", key="a"))
+    assert c.ring.chunks[0].writer_count == 2
+
+
+def test_generation_binding_rejects_pre_wrap_signatures():
+    s = _store()
+    s = s.__class__(**{**s.__dict__, "abs_end": 2**31 + 5})
+    assert s.generation_of(3) == 1 and s.generation_of(7) == 0
+
+
+def test_properties_hold_on_a_model_run_and_protocol_predicate():
+    s = _store(n=1)
+    steps = [
+        Action.of("put", key="a", value="A", nbytes=30),
+        Action.of("get", "r1", address=0, id=0, signature=Sig("a", 0, 0, 0), key="a"),
+        Action.of("put", key="b", value="B", nbytes=30),
+        Action.of("put", key="c", value="C", nbytes=30),
+    ]
+    for a in steps:
+        s2, o = step(s, a)
+        assert not any(check_state(s2).values())
+        assert not any(check_transition(s, a, s2, o).values())
+        s = s2
+    assert protocol_kept(s)
+    s, _ = step(s, Action.of("get", "r1", address=38, id=1, signature=Sig("b", 38, 1, 0), key="b"))
+    s, _ = step(s, Action.of("get", "r1", address=38, id=1, signature=Sig("b", 38, 1, 0), key="b"))
+    assert not protocol_kept(s)
+
+
+def test_step_rejects_bad_input_without_changing_state():
+    s = _store()
+    with pytest.raises(ValueError):
+        step(s, Action.of("frobnicate"))
+    with pytest.raises(ValueError):
+        step(s, Action.of("get", "r9", address=0, id=0))
+
+
+def test_profile_for_vllm():
+    assert profile_for_vllm("0.33.0") is VLLM_0_32
+    assert profile_for_vllm("0.11.0") is VLLM_0_11
+    with pytest.raises(ValueError):
+        profile_for_vllm("0.10.2")
