@@ -1,0 +1,239 @@
+"""One small protocol over every target: calls, observations, snapshots.
+
+:class:`StoreAdapter` builds a writer and reader views of a loaded target with
+the harness's serde, performs operations, and maps whatever the target raises
+onto the shared error taxonomy (:func:`classify`).  Everything the harness
+knows about a target goes through here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import gc
+import os
+from dataclasses import dataclass, field
+from typing import Any, Callable
+
+import multiprocess
+
+from shmspec.model.errors import StoreError
+
+from .loader import LoadedTarget
+from .serde import HarnessSerde
+
+# vLLM's messages (SEMANTICS.md) -> taxonomy kinds, for targets that raise plain
+# ValueError / MemoryError / KeyError.
+_MESSAGE_KINDS = (
+    ("already exists in the storage", "DuplicateKey"),
+    ("exceeds max object size", "ObjectTooLarge"),
+    ("has been modified or is invalid", "StaleHandle"),
+    ("Lock must be provided for readers", "MissingReaderLock"),
+    ("Missing SHM handle signature", "MissingSignature"),
+    ("Invalid SHM handle signature", "BadSignature"),
+    ("Invalid SHM handle fields", "BadHandleFields"),
+)
+
+
+def classify(exc: BaseException) -> str:
+    """The taxonomy kind of an exception raised by a target.
+
+    Taxonomy classes give their ``kind``; vLLM's ValueErrors are matched by
+    message; ``MemoryError`` is ``OutOfSpace``; ``KeyError`` is ``UnknownKey``;
+    anything else is ``Crash:<ExceptionType>`` (a defect of the target).
+    """
+    if isinstance(exc, StoreError):
+        return exc.kind
+    if isinstance(exc, ValueError):
+        msg = str(exc)
+        for needle, kind in _MESSAGE_KINDS:
+            if needle in msg:
+                return kind
+    if isinstance(exc, MemoryError):
+        return "OutOfSpace"
+    if isinstance(exc, KeyError):
+        return "UnknownKey"
+    return f"Crash:{type(exc).__name__}"
+
+
+@dataclass(frozen=True)
+class Observation:
+    """What one call on a target did: ``value`` or ``error`` (a kind) + ``detail``."""
+
+    value: Any = None
+    error: str | None = None
+    detail: str = ""
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def observe(fn: Callable[[], Any]) -> Observation:
+    try:
+        return Observation(value=fn())
+    except Exception as exc:  # noqa: BLE001 - classifying is the point
+        return Observation(error=classify(exc), detail=f"{type(exc).__name__}: {exc}")
+
+
+@dataclass
+class SnapChunk:
+    """A live chunk as read from a target: ids, virtual address, bytes, counts."""
+
+    id: int
+    address: int
+    size: int
+    reader_count: int
+    writer_count: int
+
+    @property
+    def handle(self) -> tuple[int, int]:
+        return (self.address, self.id)
+
+
+@dataclass
+class Snapshot:
+    """The writer-side state of a target, read through its attributes and segment."""
+
+    start: int
+    end: int
+    id_start: int
+    id_end: int
+    chunks: list[SnapChunk]
+    key_index: dict[str, tuple[int, int]]
+    ring_size: int
+
+    def comparable(self) -> tuple:
+        return (
+            self.start, self.end, self.id_start, self.id_end,
+            tuple((c.id, c.address, c.size, c.reader_count, c.writer_count) for c in self.chunks),
+            tuple(sorted(self.key_index.items())),
+        )
+
+
+@dataclass
+class StoreAdapter:
+    """A writer and named reader views of one target, built with the harness serde.
+
+    Sizes in bytes.  ``readers`` maps reader names (``"r1"``...) to storage views.
+    """
+
+    target: LoadedTarget
+    data_buffer_size: int
+    max_object_size: int
+    n_readers: int
+    writer: Any = None
+    readers: dict[str, Any] = field(default_factory=dict)
+    lock: Any = None
+    segment: str = ""
+
+    def open(self) -> None:
+        ring = self.target.ring_cls(self.data_buffer_size, None, True)
+        self.segment = ring.shared_memory.name
+        self.writer = self.target.storage_cls(
+            max_object_size=self.max_object_size,
+            n_readers=self.n_readers,
+            ring_buffer=ring,
+            serde_class=HarnessSerde,
+        )
+        self.lock = multiprocess.Lock()
+
+    # -- reader views -------------------------------------------------------
+    def attach_reader(self, name: str, with_lock: bool = True) -> Observation:
+        handle = dataclasses.replace(self.writer.handle(), reader_lock=self.lock if with_lock else None)
+        obs = observe(lambda: self.target.storage_cls.create_from_handle(handle))
+        if obs.ok:
+            self.readers[name] = obs.value
+            return Observation()
+        return obs
+
+    # -- operations -----------------------------------------------------------
+    @property
+    def signed(self) -> bool:
+        return self.target.profile.signed
+
+    def put(self, key: str, value: Any) -> Observation:
+        return observe(lambda: tuple(self.writer.put(key, value)))
+
+    def get_cached(self, key: str) -> Observation:
+        return observe(lambda: tuple(self.writer.get_cached(key)))
+
+    def is_cached(self, key: str) -> Observation:
+        return observe(lambda: self.writer.is_cached(key))
+
+    def get_signature(self, key: str) -> Observation:
+        return observe(lambda: self.writer.get_signature(key))
+
+    def writer_get(self, address: Any, id_: Any) -> Observation:
+        return observe(lambda: self.writer.get(address, id_))
+
+    def reader_get(self, reader: str, address: Any, id_: Any, signature: Any = None, key: Any = None) -> Observation:
+        view = self.readers[reader]
+        if self.signed:
+            return observe(lambda: view.get(address, id_, signature, key))
+        return observe(lambda: view.get(address, id_))
+
+    def writer_touch(self, key: str) -> Observation:
+        return observe(lambda: self.writer.touch(key))
+
+    def reader_touch(self, reader: str, key: Any, address: Any, id_: Any, signature: Any = None) -> Observation:
+        view = self.readers[reader]
+        if self.signed:
+            return observe(lambda: view.touch(key, address=address, monotonic_id=id_, signature=signature))
+        return observe(lambda: view.touch(key, address=address, monotonic_id=id_))
+
+    def release_touches(self) -> Observation:
+        return observe(self.writer.release_touches)
+
+    def clear(self) -> Observation:
+        return observe(self.writer.clear)
+
+    def free_unused(self) -> Observation:
+        return observe(self.writer.free_unused)
+
+    # -- state --------------------------------------------------------------
+    def snapshot(self) -> Snapshot:
+        """Read the writer's ring and indexes, and each live chunk's header and
+        reader count from the segment (physical offset ``DATA_OFFSET + address % B``)."""
+        w = self.writer
+        rb = w.ring_buffer
+        buf = rb.shared_memory.buf
+        B = rb.data_buffer_size
+        base = getattr(rb, "DATA_OFFSET", 0)
+        chunks = []
+        window = (rb.monotonic_id_end - rb.monotonic_id_start) % 2**31
+        live = [(i, a) for i, a in rb.metadata.items() if (i - rb.monotonic_id_start) % 2**31 < window]
+        for id_, address in sorted(live, key=lambda kv: (kv[0] - rb.monotonic_id_start) % 2**31):
+            p = base + address % B
+            size = int.from_bytes(buf[p + 4 : p + 8], "little", signed=True)
+            count = int.from_bytes(buf[p + 8 : p + 12], "little", signed=True)
+            chunks.append(SnapChunk(id_, address, size, count, w.writer_flag.get(id_, 0)))
+        return Snapshot(
+            rb.data_buffer_start, rb.data_buffer_end, rb.monotonic_id_start, rb.monotonic_id_end,
+            chunks, dict(w.key_index), B,
+        )
+
+    def close(self) -> bool:
+        """Close every view, then the writer.  Returns True when the segment is
+        gone afterwards (property LEAK)."""
+        for view in self.readers.values():
+            try:
+                view.ring_buffer.shared_memory.close()
+            except Exception:  # noqa: BLE001 - best effort on teardown
+                pass
+        self.readers.clear()
+        w, self.writer = self.writer, None
+        if w is not None:
+            closer = getattr(w, "close", None) or getattr(w.ring_buffer, "close", None)
+            if closer is not None:
+                try:
+                    closer()
+                except Exception:  # noqa: BLE001
+                    pass
+            del w
+        if segment_exists(self.segment):
+            gc.collect()  # stores without close() unlink in __del__ (vLLM < 0.15)
+        return not segment_exists(self.segment)
+
+
+def segment_exists(name: str) -> bool:
+    return bool(name) and os.path.exists(os.path.join("/dev/shm", name.lstrip("/")))

@@ -1,0 +1,250 @@
+"""The conformance gate: run every campaign against one target, collect verdicts.
+
+Gate profiles (``--profile``):
+
+* ``ci``: deterministic (fixed seed 0 unless ``--seed``), under 2 minutes on
+  a 2-core machine;
+* ``dev``: a few times more examples, random seed (printed and recorded);
+* ``deep``: nightly; many more examples and longer runs.
+
+A campaign that finds a violation is run again with that property *excused*
+(recorded, not raised) so that later, different violations are found too, up to
+``rounds`` times.  A divergence of internal state from the model is excused by
+turning the state comparison off for the rerun, so behavioural findings (OOM,
+NRR, ...) still surface on stores whose bookkeeping differs.
+"""
+
+from __future__ import annotations
+
+import random
+import time
+from dataclasses import dataclass, field, replace
+from typing import Any, Callable
+
+from hypothesis import HealthCheck, Verbosity, seed as hyp_seed, settings
+from hypothesis.errors import Flaky
+from hypothesis.stateful import run_state_machine_as_test
+
+from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS
+
+from .loader import LoadedTarget
+from .machine import CAMPAIGNS, Campaign, machine_for
+from .session import Call, PropertyViolation, SessionConfig
+
+ALL_PROPERTIES: tuple[str, ...] = PROPERTY_IDS + ("CONFORMANCE",)
+
+
+@dataclass(frozen=True)
+class GateProfile:
+    name: str
+    max_examples: int
+    step_count: int
+    rounds: int
+    deterministic: bool
+
+
+GATE_PROFILES: dict[str, GateProfile] = {
+    "ci": GateProfile("ci", max_examples=60, step_count=30, rounds=3, deterministic=True),
+    "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False),
+    "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False),
+}
+
+
+@dataclass
+class Violation:
+    """One shrunk counterexample: the property, its message, and the steps."""
+
+    property: str
+    message: str
+    campaign: str
+    round: int
+    steps: list[dict[str, Any]]
+    config: dict[str, Any]
+
+    def calls(self) -> list[dict[str, Any]]:
+        return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "message": self.message,
+            "campaign": self.campaign,
+            "round": self.round,
+            "config": self.config,
+            "steps": self.steps,
+        }
+
+
+@dataclass
+class CampaignResult:
+    name: str
+    checks: list[str]
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    completed: bool = False
+    skipped: str | None = None
+    violations: list[Violation] = field(default_factory=list)
+    error: str | None = None
+
+
+@dataclass
+class GateResult:
+    target: str
+    model_profile: str
+    profile: str
+    seed: int
+    campaigns: list[CampaignResult]
+    seconds: float
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for c in self.campaigns for v in c.violations]
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Verdict per property: fail if any violation; pass if a campaign that
+        checks it ran to the end; otherwise not-checked."""
+        out = {}
+        failed = {v.property for v in self.violations}
+        for pid in ALL_PROPERTIES:
+            if pid in failed:
+                out[pid] = "fail"
+            elif any(c.completed and pid in c.checks for c in self.campaigns):
+                out[pid] = "pass"
+            else:
+                out[pid] = "not-checked"
+        return out
+
+    @property
+    def verdict(self) -> str:
+        if self.violations:
+            return "fail"
+        if any(c.error for c in self.campaigns):
+            return "error"
+        return "pass"
+
+    def property_counts(self) -> dict[str, tuple[int, int, float]]:
+        """(examples, steps, seconds) summed over campaigns that check each property."""
+        out = {}
+        for pid in ALL_PROPERTIES:
+            cs = [c for c in self.campaigns if pid in c.checks and not c.skipped]
+            out[pid] = (sum(c.examples for c in cs), sum(c.steps for c in cs), sum(c.seconds for c in cs))
+        return out
+
+
+def run_gate(
+    target: LoadedTarget,
+    profile: str = "ci",
+    seed: int | None = None,
+    on_progress: Callable[[str, int, int], None] | None = None,
+    campaigns: tuple[Campaign, ...] = CAMPAIGNS,
+    config: SessionConfig | None = None,
+) -> GateResult:
+    """Run the gate.  ``on_progress(campaign, done, total)`` is called as it goes.
+
+    Raises:
+        KeyError: unknown gate profile.
+    """
+    gp = GATE_PROFILES[profile]
+    if seed is None:
+        seed = 0 if gp.deterministic else random.randrange(2**32)
+    config = config or SessionConfig()
+    t0 = time.monotonic()
+    results = []
+    for i, campaign in enumerate(campaigns):
+        if on_progress:
+            on_progress(campaign.name, i, len(campaigns))
+        results.append(_run_campaign(target, campaign, gp, seed, config))
+    if on_progress:
+        on_progress("done", len(campaigns), len(campaigns))
+    return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0)
+
+
+def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig) -> CampaignResult:
+    res = CampaignResult(campaign.name, sorted(campaign.checks))
+    if not campaign.applies_to(target):
+        res.skipped = f"profile {target.profile.name} has no {'signed handles' if campaign.needs_signed else 'touch'}"
+        return res
+    config = base
+    t0 = time.monotonic()
+    for round_ in range(gp.rounds):
+        counters = {"examples": 0, "steps": 0}
+        machine = machine_for(target, campaign, config)
+        _count(machine, counters)
+        factory = hyp_seed(seed + round_)(lambda: machine())
+        hs = settings(
+            max_examples=gp.max_examples,
+            stateful_step_count=gp.step_count,
+            deadline=None,
+            database=None,
+            verbosity=Verbosity.quiet,
+            suppress_health_check=list(HealthCheck),
+            report_multiple_bugs=False,
+            print_blob=False,
+        )
+        try:
+            run_state_machine_as_test(factory, settings=hs)
+            res.completed = True
+        except PropertyViolation as exc:
+            res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
+                                            [s.to_json() for s in exc.steps], _config_json(config)))
+            config = _excuse(config, exc)
+        except Flaky as exc:
+            res.error = f"the target behaved non-deterministically: {str(exc).splitlines()[0]}"
+        except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
+            res.error = f"{type(exc).__name__}: {exc}"
+        finally:
+            res.examples += counters["examples"]
+            res.steps += counters["steps"]
+        if res.completed or res.error:
+            break
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _count(machine: type, counters: dict[str, int]) -> None:
+    """Count examples (machine instances) and steps (calls run) of one round."""
+    run, init = machine._run, machine.__init__
+
+    def counting_init(self):
+        counters["examples"] += 1
+        init(self)
+
+    def counting_run(self, call: Call):
+        counters["steps"] += 1
+        return run(self, call)
+
+    machine.__init__ = counting_init
+    machine._run = counting_run
+
+
+def _excuse(config: SessionConfig, exc: PropertyViolation) -> SessionConfig:
+    if exc.prop == "CONFORMANCE" and "state differs from the model" in exc.message:
+        return replace(config, compare_state=False)
+    return replace(config, excused=config.excused | {exc.prop})
+
+
+def _config_json(c: SessionConfig) -> dict[str, Any]:
+    return {
+        "data_buffer_size": c.data_buffer_size,
+        "max_object_size": c.max_object_size,
+        "n_readers": c.n_readers,
+        "readers": list(c.readers),
+        "compare_state": c.compare_state,
+        "excused": sorted(c.excused),
+    }
+
+
+def config_from_json(d: dict[str, Any]) -> SessionConfig:
+    return SessionConfig(
+        data_buffer_size=d["data_buffer_size"],
+        max_object_size=d["max_object_size"],
+        n_readers=d["n_readers"],
+        readers=tuple(d["readers"]),
+        compare_state=d["compare_state"],
+        excused=frozenset(d["excused"]),
+    )
+
+
+__all__ = ["ALL_PROPERTIES", "DESCRIPTIONS", "GATE_PROFILES", "GateResult", "Violation", "run_gate", "config_from_json"]

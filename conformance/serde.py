@@ -1,0 +1,76 @@
+"""The harness's serializer, given to every target so that the harness controls
+the payload bytes exactly.
+
+Wire format of one object inside a chunk's payload (after the store's 4-byte
+reader count):  ``[MAGIC: 4 bytes][n: uint32 LE][data: n bytes]``.  The
+metadata part is the first 8 bytes; ``data`` is what the harness generated.
+
+``deserialize`` never raises: bytes that are not a well-formed object (what a
+store hands over when it deserializes a recycled slot) come back as
+:class:`Garbage`, so NRR sees exactly what the store returned.  Every call is
+counted in :data:`DESERIALIZE_CALLS` (property AUTH: nothing is deserialized
+for a forged handle).
+"""
+
+from __future__ import annotations
+
+import struct
+from dataclasses import dataclass
+from typing import Any
+
+MAGIC = b"SHMS"
+MD_BYTES = 8
+"""Metadata bytes per object: magic + length."""
+COUNT_BYTES = 4
+"""The store's in-band reader count in front of the metadata."""
+
+DESERIALIZE_CALLS = [0]
+"""Process-wide count of deserialize calls (a list so it can be mutated in place)."""
+
+
+@dataclass(frozen=True)
+class Blob:
+    """A harness object: opaque bytes.  Equality is byte equality."""
+
+    data: bytes
+
+    def __repr__(self) -> str:
+        return f"Blob({self.data[:12].hex()}{'...' if len(self.data) > 12 else ''}, {len(self.data)} B)"
+
+
+@dataclass(frozen=True)
+class Garbage:
+    """What a store returned when it deserialized bytes that are not an object."""
+
+    raw: bytes
+
+    def __repr__(self) -> str:
+        return f"Garbage({self.raw[:16].hex()}, {len(self.raw)} B)"
+
+
+def object_nbytes(data: bytes) -> int:
+    """Bytes the store accounts for one object: count + metadata + data."""
+    return COUNT_BYTES + MD_BYTES + len(data)
+
+
+def metadata_for(data: bytes) -> bytes:
+    return MAGIC + struct.pack("<I", len(data))
+
+
+class HarnessSerde:
+    """``ObjectSerde``-compatible: ``serialize(Blob) -> (data, nbytes, md, md_nbytes)``."""
+
+    def serialize(self, value: Any) -> tuple[bytes, int, bytes, int]:
+        if not isinstance(value, Blob):
+            raise TypeError(f"HarnessSerde serializes Blob values, not {type(value).__name__}")
+        md = metadata_for(value.data)
+        return value.data, len(value.data), md, len(md)
+
+    def deserialize(self, data: memoryview) -> Any:
+        DESERIALIZE_CALLS[0] += 1
+        raw = bytes(data)
+        if len(raw) >= MD_BYTES and raw[:4] == MAGIC:
+            (n,) = struct.unpack_from("<I", raw, 4)
+            if MD_BYTES + n == len(raw):
+                return Blob(raw[MD_BYTES:])
+        return Garbage(raw)

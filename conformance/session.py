@@ -1,0 +1,507 @@
+"""Lockstep execution of calls on the model and one target, with every check.
+
+A :class:`Session` owns one target (through :class:`~.adapter.StoreAdapter`)
+and the model state.  :meth:`Session.execute` takes one :class:`Call` (plain,
+JSON-able data), performs it on both, compares the outcomes through one
+observation function, checks every property, and appends a :class:`Step` to
+the trace.  The Hypothesis machine (``machine.py``) only *generates* calls;
+replay (``repro_test.py``) feeds the recorded calls to a fresh session, so a
+report's steps are exactly what ran.
+
+Handle arguments are symbolic: ``{"ref": "h3"}`` names the third handle the
+writer issued in this session (its address, id, key and signature), and
+``forge`` names an alteration.  That keeps traces replayable even though real
+signatures depend on the segment's random secret.
+"""
+
+from __future__ import annotations
+
+import os
+import struct
+from dataclasses import dataclass, field
+from typing import Any
+
+from shmspec.model import ring as model_ring
+from shmspec.model import store as M
+from shmspec.model.properties import check_state, check_transition, disj, fifo, wrap
+from shmspec.model.ring import ID_MAX
+
+from . import serde
+from .adapter import Observation, Snapshot, StoreAdapter
+from .loader import LoadedTarget
+from .serde import Blob, object_nbytes
+
+FORGERIES = ("sig_flip", "wrong_key", "address_plus_B", "id_next", "no_sig")
+"""Alterations of an issued handle (AUTH for signed stores; stale/invalid otherwise)."""
+
+BAD_FIELDS = {
+    "negative_address": dict(address=-1),
+    "huge_address": dict(address=2**64),
+    "id_out_of_range": dict(id=ID_MAX),
+    "negative_id": dict(id=-1),
+    "short_signature": dict(signature=[1, 2, 3]),
+    "non_str_key": dict(key=7),
+}
+"""Malformed handle fields a reader may be handed (each must give ValueError)."""
+
+
+class PropertyViolation(AssertionError):
+    """A property of SEMANTICS.md (or CONFORMANCE) failed at one step."""
+
+    def __init__(self, prop: str, message: str, steps: list["Step"] | None = None):
+        super().__init__(f"{prop}: {message}")
+        self.prop = prop
+        self.message = message
+        self.steps = list(steps or [])
+
+
+@dataclass
+class Call:
+    """One operation to perform: ``process`` (``writer``/``r1``...), ``action``
+    (a model action name) and JSON-able ``args``."""
+
+    process: str
+    action: str
+    args: dict[str, Any] = field(default_factory=dict)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"process": self.process, "action": self.action, "args": self.args}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Call":
+        return cls(d["process"], d["action"], dict(d.get("args", {})))
+
+
+@dataclass
+class Step:
+    """One executed call, as traces and reports show it."""
+
+    index: int
+    process: str
+    action: str
+    args: dict[str, Any]
+    expected: str
+    observed: str
+    changed: dict[str, Any]
+    violations: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "process": self.process,
+            "action": self.action,
+            "args": self.args,
+            "expected": self.expected,
+            "observed": self.observed,
+            "changed": self.changed,
+            "violations": [{"property": p, "message": m} for p, m in self.violations],
+        }
+
+
+@dataclass
+class HandleRef:
+    """A handle the writer issued: what was put under it and how to present it."""
+
+    ref: str
+    key: str
+    address: int
+    id: int
+    abs_id: int
+    data: bytes
+    epoch: int
+    model_sig: M.Sig | None = None
+    real_sig: list[int] | None = None
+
+
+@dataclass
+class SessionConfig:
+    """Store geometry for a session (bytes) and what to check."""
+
+    data_buffer_size: int = 256
+    max_object_size: int = 96
+    n_readers: int = 2
+    readers: tuple[str, ...] = ("r1", "r2")
+    compare_state: bool = True
+    excused: frozenset[str] = frozenset()
+
+
+def render(x: Any) -> str:
+    if isinstance(x, Observation):
+        return render(x.value) if x.ok else x.error
+    if isinstance(x, M.Outcome):
+        if x.ok:
+            return render(x.value)
+        alts = sorted(x.also) + (["<original object>"] if x.stale_may_return else [])
+        return x.error + (f" (or {' / '.join(alts)})" if alts else "")
+    if isinstance(x, bytes):
+        return Blob(x).__repr__()
+    if isinstance(x, M.Sig):
+        return "<signature>"
+    if isinstance(x, list) and len(x) == 32:
+        return "<signature>"
+    return repr(x)
+
+
+class Session:
+    """Model + target in lockstep.  Raises :class:`PropertyViolation` from
+    :meth:`execute` on the first violation of a property not in
+    ``config.excused`` (excused ones are recorded in ``self.excused_hits``)."""
+
+    def __init__(self, target: LoadedTarget, config: SessionConfig | None = None):
+        self.target = target
+        self.config = config or SessionConfig()
+        c = self.config
+        self.profile = target.profile
+        self.state = M.initial(self.profile, c.data_buffer_size, c.max_object_size, c.n_readers)
+        self.adapter = StoreAdapter(target, c.data_buffer_size, c.max_object_size, c.n_readers)
+        self.refs: list[HandleRef] = []
+        self.epoch = 0
+        self.trace: list[Step] = []
+        self.excused_hits: list[tuple[str, str]] = []
+        self.closed = False
+        self.adapter.open()
+        for name in c.readers:
+            self.execute(Call(name, "attach_reader", {"lock": True}))
+
+    # -- queries used by the generator -----------------------------------------
+    def ref(self, name: str) -> HandleRef:
+        for r in self.refs:
+            if r.ref == name:
+                return r
+        raise KeyError(f"unknown handle ref {name!r}")
+
+    def is_live(self, r: HandleRef) -> bool:
+        return any(c.abs_id == r.abs_id for c in self.state.ring.chunks)
+
+    def live_refs(self) -> list[HandleRef]:
+        return [r for r in self.refs if self.is_live(r)]
+
+    def stale_refs(self) -> list[HandleRef]:
+        return [r for r in self.refs if not self.is_live(r)]
+
+    def next_address(self, nbytes: int) -> int | None:
+        """Where the model says a put of ``nbytes`` would land (None: it would not)."""
+        probe = M.Action.of("put", key="\0probe", value=b"", nbytes=nbytes)
+        _, out = M.step(self.state, probe)
+        return out.value[0] if out.ok else None
+
+    def adversarial_data(self, length: int, tag: bytes) -> bytes:
+        """``length`` payload bytes that mimic the store's framing: wherever a
+        stale handle's header offset falls inside the next chunk's data, place a
+        complete fake chunk ``[stale id][size][count 0][MAGIC][n][b'FORGED...']``."""
+        data = bytearray(tag + b"\xa5" * max(0, length - len(tag)))
+        nbytes = object_nbytes(bytes(data))
+        address = self.next_address(nbytes)
+        if address is None:
+            return bytes(data)
+        B = self.state.ring.size
+        data_phys = address % B + model_ring.HEADER_BYTES + serde.COUNT_BYTES + serde.MD_BYTES
+        for r in self.stale_refs():
+            off = r.address % B - data_phys
+            if off < len(tag):
+                continue
+            forged = b"FORGED" + r.ref.encode()
+            frame = struct.pack("<ii", r.id, 20 + len(forged)) + struct.pack("<i", 0)
+            frame += serde.metadata_for(forged) + forged
+            if off + len(frame) <= len(data):
+                data[off : off + len(frame)] = frame
+        return bytes(data)
+
+    # -- execution ----------------------------------------------------------
+    def execute(self, call: Call) -> Step:
+        before_model = self.state
+        before_snap = self.adapter.snapshot()
+        calls_before = serde.DESERIALIZE_CALLS[0]
+        handler = getattr(self, f"_do_{call.action}", None)
+        if handler is None:
+            raise ValueError(f"unknown action {call.action!r}")
+        model_action, expected, observed, violations = handler(call)
+        after_snap = self.adapter.snapshot()
+        deserialized = serde.DESERIALIZE_CALLS[0] - calls_before
+        violations += self._observation_checks(call, expected, observed, before_snap, after_snap, deserialized)
+        violations += self._state_checks(call, before_model, model_action, expected, before_snap, after_snap)
+        step = Step(
+            index=len(self.trace),
+            process=call.process,
+            action=call.action,
+            args=dict(call.args),
+            expected=render(expected),
+            observed=render(observed) + (f"  [{observed.detail}]" if observed.error and observed.error.startswith("Crash") else ""),
+            changed=_changed(before_model, self.state),
+            violations=violations,
+        )
+        self.trace.append(step)
+        self._raise_first(step)
+        return step
+
+    def _raise_first(self, step: Step) -> None:
+        for prop, msg in step.violations:
+            if prop in self.config.excused:
+                self.excused_hits.append((prop, msg))
+                continue
+            raise PropertyViolation(prop, f"step {step.index} ({step.process} {step.action}): {msg}", self.trace)
+
+    def _model(self, action: M.Action) -> M.Outcome:
+        self.state, out = M.step(self.state, action)
+        return out
+
+    # -- handlers: each returns (model action, expected, observed, violations) ----
+    def _do_attach_reader(self, call: Call):
+        lock = bool(call.args.get("lock", True))
+        a = M.Action.of("attach_reader", call.process, lock=lock)
+        exp = self._model(a)
+        obs = self.adapter.attach_reader(call.process, with_lock=lock)
+        v = []
+        if not lock and obs.error != "MissingReaderLock":
+            v.append(("LOCK", f"a reader built without a lock was {'accepted' if obs.ok else 'rejected with ' + obs.error}"))
+        return a, exp, obs, v
+
+    def _do_put(self, call: Call):
+        key, data = call.args["key"], bytes.fromhex(call.args["data"])
+        a = M.Action.of("put", key=key, value=data, nbytes=object_nbytes(data))
+        exp = self._model(a)
+        obs = self.adapter.put(key, Blob(data))
+        v = []
+        if exp.error == "DuplicateKey" and obs.error != "DuplicateKey":
+            v.append(("DUP", f"put of cached key {key!r} gave {render(obs)}, not DuplicateKey"))
+        elif exp.error == "ObjectTooLarge" and obs.error != "ObjectTooLarge":
+            v.append(("SIZE", f"put of {object_nbytes(data)} bytes (max {self.config.max_object_size}) gave {render(obs)}"))
+        elif (exp.error == "OutOfSpace") != (obs.error == "OutOfSpace") and not (obs.error or "").startswith("Crash"):
+            v.append(("OOM", f"model says {render(exp)}, target gave {render(obs)}"))
+        if obs.ok:
+            self._issue(key, tuple(obs.value), exp)
+        return a, exp, obs, v
+
+    def _do_get_cached(self, call: Call):
+        key = call.args["key"]
+        a = M.Action.of("get_cached", key=key)
+        exp = self._model(a)
+        obs = self.adapter.get_cached(key)
+        if obs.ok:
+            self._issue(key, tuple(obs.value), exp)
+        return a, exp, obs, []
+
+    def _issue(self, key: str, handle: tuple[int, int], exp: M.Outcome) -> None:
+        chunk = self.state.chunk_for_key(key)
+        model_sig = real_sig = None
+        if self.profile.signed:
+            sig_obs = self.adapter.get_signature(key)
+            real_sig = list(sig_obs.value) if sig_obs.ok else None
+            model_sig = self.state.signature_for(chunk) if chunk is not None else None
+        self.refs.append(
+            HandleRef(
+                ref=f"h{len(self.refs) + 1}",
+                key=key,
+                address=handle[0],
+                id=handle[1],
+                abs_id=chunk.abs_id if chunk is not None and chunk.handle == handle else -1,
+                data=chunk.value if chunk is not None else b"",
+                epoch=self.epoch,
+                model_sig=model_sig,
+                real_sig=real_sig,
+            )
+        )
+
+    def _do_is_cached(self, call: Call):
+        a = M.Action.of("is_cached", key=call.args["key"])
+        return a, self._model(a), self.adapter.is_cached(call.args["key"]), []
+
+    def _handle_args(self, call: Call) -> tuple[HandleRef, dict[str, Any], dict[str, Any]]:
+        """(ref, model args, target args) for a handle-taking call."""
+        r = self.ref(call.args["ref"])
+        m = dict(address=r.address, id=r.id, signature=r.model_sig, key=r.key)
+        t = dict(address=r.address, id=r.id, signature=r.real_sig, key=r.key)
+        forge = call.args.get("forge")
+        B = self.state.ring.size
+        if forge == "sig_flip":
+            m["signature"] = M.FORGED
+            t["signature"] = [(t["signature"][0] ^ 1)] + t["signature"][1:] if t["signature"] else [0] * 32
+        elif forge == "wrong_key":
+            m["key"] = t["key"] = r.key + "~"
+        elif forge == "address_plus_B":
+            m["address"] = t["address"] = r.address + B
+        elif forge == "id_next":
+            m["id"] = t["id"] = (r.id + 1) % ID_MAX
+        elif forge == "no_sig":
+            m["signature"] = t["signature"] = None
+        elif forge is not None:
+            raise ValueError(f"unknown forgery {forge!r}")
+        for k, val in BAD_FIELDS.get(call.args.get("fields", ""), {}).items():
+            m[k] = t[k] = val
+        if "fields" in call.args and call.args["fields"] not in BAD_FIELDS:
+            raise ValueError(f"unknown bad-field kind {call.args['fields']!r}")
+        return r, m, t
+
+    def _do_get(self, call: Call):
+        r, m, t = self._handle_args(call)
+        if call.process == M.WRITER:
+            a = M.Action.of("get", M.WRITER, address=m["address"], id=m["id"])
+            exp = self._model(a)
+            obs = self.adapter.writer_get(t["address"], t["id"])
+        else:
+            margs = m if self.profile.signed else dict(address=m["address"], id=m["id"])
+            a = M.Action.of("get", call.process, **margs)
+            exp = self._model(a)
+            obs = self.adapter.reader_get(call.process, t["address"], t["id"], t["signature"], t["key"])
+        return a, exp, obs, self._read_checks(call, r, exp, obs)
+
+    def _read_checks(self, call: Call, r: HandleRef, exp: M.Outcome, obs: Observation) -> list[tuple[str, str]]:
+        """NRR / CLR / AUTH on what a get returned."""
+        if not obs.ok:
+            return []
+        altered = "forge" in call.args or "fields" in call.args
+        if exp.ok and obs.value == Blob(exp.value):
+            return []
+        if not exp.ok and exp.stale_may_return and not altered and obs.value == Blob(r.data):
+            return []
+        got = render(obs.value)
+        if altered and self.profile.signed:
+            return [("AUTH", f"{call.args.get('forge') or call.args.get('fields')} handle {r.ref} was accepted and returned {got}")]
+        if r.epoch < self.epoch and not altered:
+            clr = ("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")
+            if exp.ok and obs.value == Blob(exp.value):
+                return [clr]  # resolved to the object now at that slot: a CLR failure only
+            return [("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"), clr]
+        if exp.ok:
+            return [("NRR", f"get of {r.ref} {(r.address, r.id)} returned {got}, not the object put under it {render(exp.value)}")]
+        return [("NRR", f"get of {r.ref} {(r.address, r.id)} (not live: {exp.error}) returned {got}; put under it was {render(r.data)}")]
+
+    def _do_touch(self, call: Call):
+        if call.process == M.WRITER:
+            a = M.Action.of("touch", key=call.args["key"])
+            return a, self._model(a), self.adapter.writer_touch(call.args["key"]), []
+        r, m, t = self._handle_args(call)
+        margs = m if self.profile.signed else dict(address=m["address"], id=m["id"], key=m["key"])
+        a = M.Action.of("touch", call.process, **margs)
+        exp = self._model(a)
+        obs = self.adapter.reader_touch(call.process, t["key"], t["address"], t["id"], t["signature"])
+        return a, exp, obs, []
+
+    def _do_release_touches(self, call: Call):
+        a = M.Action.of("release_touches")
+        return a, self._model(a), self.adapter.release_touches(), []
+
+    def _do_clear(self, call: Call):
+        a = M.Action.of("clear")
+        exp = self._model(a)
+        obs = self.adapter.clear()
+        self.epoch += 1
+        return a, exp, obs, []
+
+    def _do_free_unused(self, call: Call):
+        a = M.Action.of("free_unused")
+        return a, self._model(a), self.adapter.free_unused(), []
+
+    # -- checks -------------------------------------------------------------
+    def _observation_checks(self, call, exp, obs, before: Snapshot, after: Snapshot, deserialized: int):
+        v: list[tuple[str, str]] = []
+        altered = "forge" in call.args or "fields" in call.args
+        if altered and self.profile.signed and not exp.ok and call.process != M.WRITER:
+            if deserialized:
+                v.append(("AUTH", f"{deserialized} deserialize call(s) for a rejected {call.args.get('forge') or call.args.get('fields')} handle"))
+            if before.comparable() != after.comparable():
+                v.append(("AUTH", "a rejected handle changed the store's state"))
+        if call.action == "put" and exp.error in ("DuplicateKey", "ObjectTooLarge") and before.comparable() != after.comparable():
+            prop = "DUP" if exp.error == "DuplicateKey" else "SIZE"
+            v.append((prop, f"the rejected put changed the store: {_snap_diff(before, after)}"))
+        if not v and not _outcome_matches(exp, obs, self._original_for(call)):
+            detail = f" [{obs.detail}]" if obs.detail else ""
+            v.append(("CONFORMANCE", f"model: {render(exp)}; target: {render(obs)}{detail}"))
+        return v
+
+    def _original_for(self, call: Call) -> bytes | None:
+        if "ref" in call.args and "forge" not in call.args and "fields" not in call.args:
+            return self.ref(call.args["ref"]).data
+        return None
+
+    def _state_checks(self, call, before_model, model_action, exp, before: Snapshot, after: Snapshot):
+        v: list[tuple[str, str]] = []
+        # the target's own state
+        v += [("DISJ", f"target: {m}") for m in disj(after.chunks, after.ring_size)]
+        v += [("WRAP", f"target: {m}") for m in wrap(after.chunks)]
+        if call.action != "clear":
+            after_ids = {c.id for c in after.chunks}
+            freed = [c for c in before.chunks if c.id not in after_ids]
+            if freed:
+                v += [("FIFO", f"target: {m}") for m in fifo(before.chunks, {c.id for c in freed})]
+                protected = {c.id for c in before_model.ring.chunks if c.protected}
+                for c in freed:
+                    if c.reader_count < c.writer_count * self.config.n_readers or c.id in protected:
+                        v.append(("RC", f"target reclaimed id {c.id} with reader_count {c.reader_count} < "
+                                        f"writer_count {c.writer_count} x n_readers {self.config.n_readers}"
+                                        + (" while protected by touch" if c.id in protected else "")))
+        # the model's own invariants (a failure here is a model or profile finding)
+        for prop, msgs in {**check_state(self.state), **check_transition(before_model, model_action, self.state, exp)}.items():
+            v += [(prop, f"model: {m}") for m in msgs]
+        if self.config.compare_state and not any(p != "CONFORMANCE" for p, _ in v):
+            want = _model_snapshot(self.state)
+            got = after.comparable()
+            if want != got:
+                v.append(("CONFORMANCE", f"state differs from the model: {_tuple_diff(want, got)}"))
+        return v
+
+    # -- teardown -----------------------------------------------------------
+    def close(self) -> None:
+        """Close the target; check LEAK.  Raises PropertyViolation on a leak."""
+        if self.closed:
+            return
+        self.closed = True
+        gone = self.adapter.close()
+        step = Step(len(self.trace), M.WRITER, "close", {}, "segment unlinked",
+                    "segment unlinked" if gone else f"segment {self.adapter.segment} still exists", {},
+                    [] if gone else [("LEAK", f"segment {self.adapter.segment} left behind after closing the writer")])
+        self.trace.append(step)
+        if not gone:  # report it, then clean up after the target
+            try:
+                os.unlink(os.path.join("/dev/shm", self.adapter.segment.lstrip("/")))
+            except OSError:
+                pass
+        self._raise_first(step)
+
+
+def _outcome_matches(exp: M.Outcome, obs: Observation, original: bytes | None) -> bool:
+    if exp.ok:
+        if not obs.ok:
+            return False
+        if isinstance(exp.value, bytes):
+            return obs.value == Blob(exp.value)
+        if isinstance(exp.value, M.Sig):
+            return isinstance(obs.value, list) and len(obs.value) == 32
+        return obs.value == exp.value
+    if obs.ok:
+        return exp.stale_may_return and original is not None and obs.value == Blob(original)
+    return exp.accepts_error(obs.error)
+
+
+def _model_snapshot(s: M.State) -> tuple:
+    r = s.ring
+    return (
+        r.start, r.end, r.id_start, r.id_end,
+        tuple((c.id, c.address, c.size, c.reader_count, c.writer_count) for c in r.chunks),
+        tuple(sorted(s.key_index.items())),
+    )
+
+
+_SNAP_FIELDS = ("start", "end", "id_start", "id_end", "chunks (id, address, size, reader_count, writer_count)", "key_index")
+
+
+def _tuple_diff(want: tuple, got: tuple) -> str:
+    parts = [f"{name}: model {w!r}, target {g!r}" for name, w, g in zip(_SNAP_FIELDS, want, got) if w != g]
+    return "; ".join(parts)
+
+
+def _snap_diff(a: Snapshot, b: Snapshot) -> str:
+    return _tuple_diff(a.comparable(), b.comparable())
+
+
+def _changed(before: M.State, after: M.State) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for name in ("start", "end", "id_start", "id_end"):
+        x, y = getattr(before.ring, name), getattr(after.ring, name)
+        if x != y:
+            out[name] = [x, y]
+    live_b = [c.id for c in before.ring.chunks]
+    live_a = [c.id for c in after.ring.chunks]
+    if live_b != live_a:
+        out["live"] = live_a
+    return out

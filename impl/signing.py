@@ -1,0 +1,95 @@
+"""Handle signatures and handle-field validation.
+
+A handle is ``(address, monotonic_id)`` plus, for readers, the ``signature``
+and the cache ``key`` it was issued for (vLLM >= 0.32 signs handles).  Our
+signature is::
+
+    HMAC-SHA256(secret, sha256(key.encode("utf-8"))
+                        + address.to_bytes(8, "little")      # unsigned
+                        + monotonic_id.to_bytes(4, "little") # unsigned
+                        + generation.to_bytes(8, "little"))  # unsigned
+
+returned to callers as a ``list`` of 32 ints in ``[0, 255]`` (vLLM's shape).
+``generation = abs // 2**31`` of the chunk's absolute allocation counter
+(see :mod:`shmspec.impl.layout`); vLLM 0.32/0.33 signs only key, address and
+id, so after the 31-bit id space wraps an old vLLM handle can verify again --
+ours cannot.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+
+from shmspec.model.errors import BadHandleFields, BadSignature, MissingSignature
+
+from .layout import ID_MAX
+
+SIGNATURE_BYTES = 32
+ADDRESS_LIMIT = 2**64
+
+
+def _is_int(value: object) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def validate_handle_fields(
+    address: object,
+    monotonic_id: object,
+    signature: object = None,
+    key: object = None,
+) -> None:
+    """Check field types and ranges; raise :class:`BadHandleFields` (a ``ValueError``).
+
+    ``address``: int (not bool) in ``[0, 2**64)``; ``monotonic_id``: int in
+    ``[0, 2**31)``; ``signature``: ``None`` or a list of exactly 32 ints in
+    ``[0, 255]``; ``key``: ``None`` or ``str``.  Reads no shared memory.
+    """
+    if not _is_int(address) or not 0 <= address < ADDRESS_LIMIT:
+        raise BadHandleFields(f"address must be an int in [0, 2**64), got {address!r}")
+    if not _is_int(monotonic_id) or not 0 <= monotonic_id < ID_MAX:
+        raise BadHandleFields(
+            f"monotonic_id must be an int in [0, 2**31), got {monotonic_id!r}"
+        )
+    if signature is not None:
+        if (
+            not isinstance(signature, list)
+            or len(signature) != SIGNATURE_BYTES
+            or not all(_is_int(b) and 0 <= b <= 255 for b in signature)
+        ):
+            raise BadHandleFields("signature must be a list of 32 ints in [0, 255]")
+    if key is not None and not isinstance(key, str):
+        raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
+
+
+def require_signature(signature: object, key: object) -> None:
+    """Raise :class:`MissingSignature` when ``signature`` or ``key`` is ``None``."""
+    if signature is None or key is None:
+        raise MissingSignature()
+
+
+def make_signature(
+    secret: bytes, key: str, address: int, monotonic_id: int, generation: int
+) -> bytes:
+    """The 32-byte HMAC-SHA256 signature of one handle (see module docstring)."""
+    message = (
+        hashlib.sha256(key.encode("utf-8")).digest()
+        + int(address).to_bytes(8, "little", signed=False)
+        + int(monotonic_id).to_bytes(4, "little", signed=False)
+        + int(generation).to_bytes(8, "little", signed=False)
+    )
+    return hmac.new(secret, message, hashlib.sha256).digest()
+
+
+def check_signature(
+    secret: bytes,
+    key: str,
+    address: int,
+    monotonic_id: int,
+    generation: int,
+    signature: list[int],
+) -> None:
+    """Constant-time comparison; raise :class:`BadSignature` on mismatch."""
+    expected = make_signature(secret, key, address, monotonic_id, generation)
+    if not hmac.compare_digest(bytes(signature), expected):
+        raise BadSignature()
