@@ -44,7 +44,7 @@ class GateProfile:
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
-    "ci": GateProfile("ci", max_examples=60, step_count=30, rounds=3, deterministic=True),
+    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False),
     "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False),
 }

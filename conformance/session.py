@@ -173,6 +173,9 @@ class Session:
     def is_live(self, r: HandleRef) -> bool:
         return any(c.abs_id == r.abs_id for c in self.state.ring.chunks)
 
+    def all_refs(self) -> list[HandleRef]:
+        return list(self.refs)
+
     def live_refs(self) -> list[HandleRef]:
         return [r for r in self.refs if self.is_live(r)]
 
@@ -185,17 +188,18 @@ class Session:
         _, out = M.step(self.state, probe)
         return out.value[0] if out.ok else None
 
-    def adversarial_data(self, length: int, tag: bytes) -> bytes:
+    def adversarial_data(self, length: int, tag: bytes) -> tuple[bytes, list[str]]:
         """``length`` payload bytes that mimic the store's framing: wherever a
         stale handle's header offset falls inside the next chunk's data, place a
-        complete fake chunk ``[stale id][size][count 0][MAGIC][n][b'FORGED...']``."""
+        complete fake chunk ``[stale id][size][count 0][MAGIC][n][b'FORGED...']``.
+        Returns the bytes and the refs of the stale handles they carry a fake chunk for."""
         data = bytearray(tag + b"\xa5" * max(0, length - len(tag)))
-        nbytes = object_nbytes(bytes(data))
-        address = self.next_address(nbytes)
+        address = self.next_address(object_nbytes(bytes(data)))
         if address is None:
-            return bytes(data)
+            return bytes(data), []
         B = self.state.ring.size
         data_phys = address % B + model_ring.HEADER_BYTES + serde.COUNT_BYTES + serde.MD_BYTES
+        placed: list[str] = []
         for r in self.stale_refs():
             off = r.address % B - data_phys
             if off < len(tag):
@@ -205,7 +209,13 @@ class Session:
             frame += serde.metadata_for(forged) + forged
             if off + len(frame) <= len(data):
                 data[off : off + len(frame)] = frame
-        return bytes(data)
+                placed.append(r.ref)
+        return bytes(data), placed
+
+    def adversarial_lengths(self, lengths: range) -> list[int]:
+        """The payload lengths for which the next put would carry at least one fake chunk."""
+        tag = b"\0" * 4
+        return [n for n in lengths if self.adversarial_data(n, tag)[1]]
 
     # -- execution ----------------------------------------------------------
     def execute(self, call: Call) -> Step:
@@ -218,7 +228,8 @@ class Session:
         model_action, expected, observed, violations = handler(call)
         after_snap = self.adapter.snapshot()
         deserialized = serde.DESERIALIZE_CALLS[0] - calls_before
-        violations += self._observation_checks(call, expected, observed, before_snap, after_snap, deserialized)
+        violations += self._observation_checks(call, expected, observed, before_snap, after_snap, deserialized,
+                                               attributed=bool(violations))
         violations += self._state_checks(call, before_model, model_action, expected, before_snap, after_snap)
         step = Step(
             index=len(self.trace),
@@ -354,6 +365,8 @@ class Session:
             return []
         if not exp.ok and exp.stale_may_return and not altered and obs.value == Blob(r.data):
             return []
+        if altered and not self.profile.signed and obs.value == Blob(r.data) and (self.is_live(r) or exp.stale_may_return):
+            return []  # an altered but equivalent handle (address + k*B) reached the right object: no recycled read
         got = render(obs.value)
         if altered and self.profile.signed:
             return [("AUTH", f"{call.args.get('forge') or call.args.get('fields')} handle {r.ref} was accepted and returned {got}")]
@@ -393,7 +406,10 @@ class Session:
         return a, self._model(a), self.adapter.free_unused(), []
 
     # -- checks -------------------------------------------------------------
-    def _observation_checks(self, call, exp, obs, before: Snapshot, after: Snapshot, deserialized: int):
+    def _observation_checks(self, call, exp, obs, before: Snapshot, after: Snapshot, deserialized: int,
+                            attributed: bool = False):
+        """AUTH / DUP / SIZE side effects, then CONFORMANCE for an outcome that
+        differs from the model's and no property has explained yet."""
         v: list[tuple[str, str]] = []
         altered = "forge" in call.args or "fields" in call.args
         if altered and self.profile.signed and not exp.ok and call.process != M.WRITER:
@@ -404,7 +420,7 @@ class Session:
         if call.action == "put" and exp.error in ("DuplicateKey", "ObjectTooLarge") and before.comparable() != after.comparable():
             prop = "DUP" if exp.error == "DuplicateKey" else "SIZE"
             v.append((prop, f"the rejected put changed the store: {_snap_diff(before, after)}"))
-        if not v and not _outcome_matches(exp, obs, self._original_for(call)):
+        if not v and not attributed and not _outcome_matches(exp, obs, self._original_for(call)):
             detail = f" [{obs.detail}]" if obs.detail else ""
             v.append(("CONFORMANCE", f"model: {render(exp)}; target: {render(obs)}{detail}"))
         return v

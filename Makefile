@@ -1,0 +1,29 @@
+# shmspec: `make check` runs the conformance gate on the built-in store,
+# `make test` runs the test suite.  Both create (or reuse) the virtual
+# environment .venv and install the project into it; nothing else is needed.
+
+PYTHON ?= python3
+VENV   ?= .venv
+BIN    := $(VENV)/bin
+STAMP  := $(VENV)/.shmspec-installed
+TARGET ?= impl
+PROFILE ?= ci
+
+.PHONY: check test venv clean
+
+venv: $(STAMP)
+
+$(STAMP): pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	touch $(STAMP)
+
+check: $(STAMP)
+	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE)
+
+test: $(STAMP)
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

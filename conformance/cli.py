@@ -1,0 +1,98 @@
+"""``shmspec`` command line.
+
+``shmspec check [--target T] [--profile ci|dev|deep] [--seed N] [--report-dir DIR]``
+
+Exit status (a public interface, see README.md):
+  0  every property holds (verdict "pass");
+  1  at least one violation (verdict "fail");
+  2  usage or infrastructure error (unknown target, missing file, a file
+     without the store classes, no registry reachable, a campaign that crashed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import os
+import sys
+from pathlib import Path
+
+from rich.console import Console
+from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+import shmspec
+
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+
+
+class _Parser(argparse.ArgumentParser):
+    def error(self, message: str) -> None:  # one line, exit 2
+        self.exit(EXIT_ERROR, f"shmspec: error: {message}\n")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = _Parser(prog="shmspec", description="Conformance gate for single-writer / multi-reader shared-memory object stores.")
+    p.add_argument("--version", action="version", version=f"shmspec {shmspec.__version__}")
+    sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
+    c = sub.add_parser("check", help="run the conformance gate on a target")
+    c.add_argument("--target", default="impl", help="impl (default), file:PATH, or vllm==X.Y.Z")
+    c.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
+    c.add_argument("--report-dir", type=Path, default=None,
+                   help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    if args.command == "check":
+        return check(args)
+    return EXIT_ERROR  # pragma: no cover - argparse requires a command
+
+
+def _canonical_target(spec: str) -> str:
+    if spec.startswith("file:"):
+        return "file:" + os.path.abspath(spec[5:])
+    return spec
+
+
+def check(args: argparse.Namespace) -> int:
+    from .gate import run_gate
+    from .loader import TargetError, load_target
+    from .report import default_report_dir, render_console, write_report
+
+    console = Console(stderr=False)
+    err = Console(stderr=True)
+    spec = _canonical_target(args.target)
+    try:
+        with err.status(f"loading target {spec}"):
+            target = load_target(spec)
+    except TargetError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
+                  TimeElapsedColumn(), console=err, transient=True) as progress:
+        task = progress.add_task("campaigns", total=None)
+
+        def on_progress(name: str, done: int, total: int) -> None:
+            progress.update(task, total=total, completed=done, description=f"campaign {name}")
+
+        result = run_gate(target, args.profile, args.seed, on_progress=on_progress)
+    report_dir = args.report_dir or default_report_dir(spec)
+    source = str(target.source) if target.source else None
+    try:
+        write_report(result, report_dir, started, source)
+    except OSError as exc:
+        err.print(f"shmspec: error: cannot write the report to {report_dir}: {exc}", markup=False)
+        return EXIT_ERROR
+    render_console(console, result, report_dir)
+    if result.verdict == "fail":
+        return EXIT_FAIL
+    if result.verdict == "error":
+        return EXIT_ERROR
+    return EXIT_PASS
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(main())

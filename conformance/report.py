@@ -1,0 +1,208 @@
+"""Reports of a gate run: rich console output, ``report.json``, ``report.html``
+and ``repro_test.py``.
+
+The JSON schema is documented in ``reports/README.md`` (``schema`` key
+``shmspec.report/1``); documented keys are a public interface and stay stable.
+All terminal and HTML rendering is rich's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+import shmspec
+
+from .gate import ALL_PROPERTIES, GateResult, Violation
+from shmspec.model.properties import DESCRIPTIONS
+
+SCHEMA = "shmspec.report/1"
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta"}
+
+
+def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
+    stats = result.property_counts()
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "shmspec", "version": shmspec.__version__},
+        "command": "check",
+        "target": result.target,
+        "target_source": target_source,
+        "model_profile": result.model_profile,
+        "profile": result.profile,
+        "seed": result.seed,
+        "verdict": result.verdict,
+        "started": started,
+        "seconds": round(result.seconds, 3),
+        "properties": result.properties,
+        "property_stats": {
+            pid: {"examples": e, "steps": s, "seconds": round(t, 3)} for pid, (e, s, t) in stats.items()
+        },
+        "campaigns": [
+            {
+                "name": c.name,
+                "checks": c.checks,
+                "examples": c.examples,
+                "steps": c.steps,
+                "seconds": round(c.seconds, 3),
+                "completed": c.completed,
+                "skipped": c.skipped,
+                "error": c.error,
+                "violations": [f"V{result.violations.index(v) + 1}" for v in c.violations],
+            }
+            for c in result.campaigns
+        ],
+        "errors": [f"{c.name}: {c.error}" for c in result.campaigns if c.error],
+        "violations": [{"id": f"V{i}", **v.to_json()} for i, v in enumerate(result.violations, 1)],
+        "repro": "repro_test.py" if result.violations else None,
+    }
+
+
+def summary_table(result: GateResult, statements: bool = True) -> Table:
+    t = Table(title="Properties", box=box.SIMPLE_HEAVY, show_lines=False)
+    cols = [("property", {}), ("verdict", {}), ("examples", {"justify": "right"}),
+            ("steps", {"justify": "right"}), ("time", {"justify": "right"})]
+    if statements:
+        cols.append(("statement", {"overflow": "ellipsis", "no_wrap": True}))
+    for col, kw in cols:
+        t.add_column(col, **kw)
+    stats = result.property_counts()
+    props = result.properties
+    for pid in ALL_PROPERTIES:
+        e, s, sec = stats[pid]
+        v = props[pid]
+        row = [pid, Text(v, style=VERDICT_STYLE[v]), str(e), str(s), f"{sec:.1f}s"]
+        t.add_row(*row, *([DESCRIPTIONS[pid]] if statements else []))
+    return t
+
+
+def steps_table(v: Violation) -> Table:
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    for col in ("#", "process", "action", "args", "expected", "observed", "changed"):
+        t.add_column(col, overflow="fold")
+    last = len(v.steps) - 1
+    for i, s in enumerate(v.steps):
+        bad = bool(s["violations"]) or i == last
+        t.add_row(
+            str(s["index"]), s["process"], s["action"], _short_args(s["args"]), s["expected"], s["observed"],
+            _short_changed(s["changed"]), style="bold red" if bad and s["violations"] else None,
+        )
+    return t
+
+
+def violation_panel(n: int, v: Violation) -> Panel:
+    head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}\n",
+                         (v.message, "red"), f"\ncampaign {v.campaign}, round {v.round}, {len(v.steps)} steps after shrinking")
+    return Panel(Group(head, steps_table(v)), title=f"V{n}", border_style="red")
+
+
+def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:
+    console.print(
+        Panel.fit(
+            Text.assemble(
+                ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
+                f"gate profile {result.profile}  seed {result.seed}",
+            )
+        )
+    )
+    console.print(summary_table(result, statements=console.width >= 100))
+    skipped = [c for c in result.campaigns if c.skipped]
+    for c in skipped:
+        console.print(f"[yellow]campaign {c.name} skipped: {c.skipped}[/]")
+    for c in result.campaigns:
+        if c.error:
+            console.print(f"[magenta]campaign {c.name} errored: {c.error}[/]")
+    for i, v in enumerate(result.violations, 1):
+        console.print(violation_panel(i, v))
+    style = VERDICT_STYLE[result.verdict]
+    line = Text.assemble(("verdict: ", "bold"), (result.verdict.upper(), style),
+                         f"  ({len(result.violations)} violation(s), {result.seconds:.1f}s)")
+    if report_dir is not None:
+        line.append(f"  report: {report_dir}")
+    console.print(line)
+
+
+def write_report(result: GateResult, report_dir: Path, started: str | None = None,
+                 target_source: str | None = None) -> Path:
+    """Write report.json, report.html and (when there are violations)
+    repro_test.py into ``report_dir`` (created).  Returns the directory."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    data = report_json(result, started, target_source)
+    (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    rec = Console(record=True, width=140, file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
+    render_console(rec, result, report_dir)
+    (report_dir / "report.html").write_text(rec.export_html(inline_styles=True))
+    rec.file.close()
+    if result.violations:
+        (report_dir / "repro_test.py").write_text(repro_source(result, target_source))
+    return report_dir
+
+
+def default_report_dir(target: str, root: Path = Path("reports")) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9.=_-]+", "_", target.rsplit("/", 1)[-1])[:60]
+    path = root / f"{stamp}-{slug}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{stamp}-{slug}-{n}"
+    return path
+
+
+def repro_source(result: GateResult, target_source: str | None) -> str:
+    cases = [
+        {"id": f"V{i}", "property": v.property, "message": v.message, "config": v.config, "calls": v.calls()}
+        for i, v in enumerate(result.violations, 1)
+    ]
+    target = result.target
+    return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
+
+Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
+Run:    python -m pytest repro_test.py
+Each test replays one violation's steps against the same target, on the model
+and the target in lockstep, and fails while any property is still violated.
+"""
+
+import json
+
+import pytest
+
+from shmspec.conformance.replay import replay
+
+TARGET = {target!r}
+CASES = json.loads(r"""
+{json.dumps(cases, indent=1)}
+""")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] + "-" + c["property"] for c in CASES])
+def test_counterexample_no_longer_violates(case):
+    found = replay(TARGET, case["calls"], case["config"])
+    assert found is None, f"{{case['property']}} still violated: {{found}}"
+'''
+
+
+def _short_args(args: dict[str, Any]) -> str:
+    parts = []
+    for k, v in args.items():
+        if k == "data" and isinstance(v, str):
+            b = bytes.fromhex(v)
+            parts.append(f"data={b[:8].hex()}{'...' if len(b) > 8 else ''}({len(b)}B)")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def _short_changed(changed: dict[str, Any]) -> str:
+    return " ".join(f"{k}:{v[0]}->{v[1]}" if isinstance(v, list) and len(v) == 2 and k != "live" else f"{k}={v}"
+                    for k, v in changed.items())
