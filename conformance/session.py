@@ -357,27 +357,31 @@ class Session:
         return a, exp, obs, self._read_checks(call, r, exp, obs)
 
     def _read_checks(self, call: Call, r: HandleRef, exp: M.Outcome, obs: Observation) -> list[tuple[str, str]]:
-        """NRR / CLR / AUTH on what a get returned."""
+        """NRR / CLR / AUTH on what a get returned, judged against what was put
+        under the handle (not against the model, which may predict a violation
+        for an older profile)."""
         if not obs.ok:
             return []
-        altered = "forge" in call.args or "fields" in call.args
-        if exp.ok and obs.value == Blob(exp.value):
-            return []
-        if not exp.ok and exp.stale_may_return and not altered and obs.value == Blob(r.data):
-            return []
-        if altered and not self.profile.signed and obs.value == Blob(r.data) and (self.is_live(r) or exp.stale_may_return):
-            return []  # an altered but equivalent handle (address + k*B) reached the right object: no recycled read
         got = render(obs.value)
-        if altered and self.profile.signed:
-            return [("AUTH", f"{call.args.get('forge') or call.args.get('fields')} handle {r.ref} was accepted and returned {got}")]
-        if r.epoch < self.epoch and not altered:
-            clr = ("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")
+        original = Blob(r.data)
+        altered = call.args.get("forge") or call.args.get("fields")
+        if altered:
+            if self.profile.signed:
+                return [("AUTH", f"{altered} handle {r.ref} was accepted and returned {got}")]
+            if obs.value == original and (self.is_live(r) or exp.stale_may_return):
+                return []  # an equivalent handle (address + k*B) reached the right object
             if exp.ok and obs.value == Blob(exp.value):
-                return [clr]  # resolved to the object now at that slot: a CLR failure only
-            return [("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"), clr]
-        if exp.ok:
-            return [("NRR", f"get of {r.ref} {(r.address, r.id)} returned {got}, not the object put under it {render(exp.value)}")]
-        return [("NRR", f"get of {r.ref} {(r.address, r.id)} (not live: {exp.error}) returned {got}; put under it was {render(r.data)}")]
+                return []  # the altered handle is another live handle, and got its object
+            return [("NRR", f"{altered} handle {r.ref} returned {got}, which is no object put under it")]
+        if r.epoch < self.epoch:
+            v = [("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")]
+            if obs.value != original:
+                v.insert(0, ("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"))
+            return v
+        if obs.value == original:
+            return []
+        state = "live" if self.is_live(r) else f"not live: {exp.error}"
+        return [("NRR", f"get of {r.ref} {(r.address, r.id)} ({state}) returned {got}; put under it was {render(r.data)}")]
 
     def _do_touch(self, call: Call):
         if call.process == M.WRITER:

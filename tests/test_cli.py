@@ -1,0 +1,119 @@
+"""The CLI's public interface: exit statuses, one-line errors, report files."""
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from shmspec.conformance.cli import main
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def run_cli(*args, env=None, cwd=None):
+    return subprocess.run(
+        [sys.executable, "-m", "shmspec.conformance.cli", *args],
+        capture_output=True, text=True, env={**os.environ, **(env or {})}, cwd=cwd, timeout=600,
+    )
+
+
+def one_line_error(proc):
+    lines = [ln for ln in proc.stderr.splitlines() if ln.strip()]
+    assert len(lines) == 1, proc.stderr
+    assert lines[0].startswith("shmspec: error:"), lines[0]
+    return lines[0]
+
+
+def test_unknown_target(tmp_path):
+    p = run_cli("check", "--target", "bogus", "--report-dir", str(tmp_path / "r"))
+    assert p.returncode == 2
+    assert "unknown target 'bogus'" in one_line_error(p)
+    assert not (tmp_path / "r").exists()
+
+
+def test_missing_file(tmp_path):
+    p = run_cli("check", "--target", f"file:{tmp_path}/nope.py")
+    assert p.returncode == 2
+    assert "not found" in one_line_error(p)
+
+
+def test_file_without_the_classes(tmp_path):
+    f = tmp_path / "empty_store.py"
+    f.write_text("import torch\nfrom vllm.logger import init_logger\nX = 1\n")
+    p = run_cli("check", "--target", f"file:{f}")
+    assert p.returncode == 2
+    assert "does not define SingleWriterShmRingBuffer, SingleWriterShmObjectStorage" in one_line_error(p)
+
+
+def test_file_targets_load_in_isolation(tmp_path):
+    """Stand-ins for torch / vllm.logger exist during the load only; nothing stays in sys.modules."""
+    from shmspec.conformance.loader import TargetError, load_file
+
+    f = tmp_path / "empty_store.py"
+    f.write_text("import torch\nfrom vllm.logger import init_logger\nSEEN = (torch.Tensor, init_logger)\n")
+    before = set(sys.modules)
+    with pytest.raises(TargetError):
+        load_file(f)
+    variant = ROOT / "tests" / "variants" / "early_free.py"
+    if variant.exists():
+        t = load_file(variant)
+        assert t.profile.name == "impl"
+    added = set(sys.modules) - before
+    assert not [m for m in added if m in ("torch", "vllm", "vllm.logger") or m.startswith("shmspec_target_")]
+    assert "torch" not in sys.modules and "vllm" not in sys.modules
+
+
+def test_file_that_fails_to_import(tmp_path):
+    f = tmp_path / "broken.py"
+    f.write_text("raise RuntimeError('boom')\n")
+    p = run_cli("check", "--target", f"file:{f}")
+    assert p.returncode == 2
+    assert "failed to import: RuntimeError: boom" in one_line_error(p)
+
+
+def test_no_registry_reachable(tmp_path):
+    env = {
+        "SHMSPEC_CACHE_DIR": str(tmp_path / "cache"),
+        "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
+        "PIP_EXTRA_INDEX_URL": "",
+        "PIP_FIND_LINKS": "",
+        "PIP_NO_INDEX": "",
+        "PIP_RETRIES": "0",
+        "PIP_TIMEOUT": "3",
+        "PIP_CONFIG_FILE": os.devnull,
+    }
+    p = run_cli("check", "--target", "vllm==0.33.0", env=env)
+    assert p.returncode == 2
+    assert "cannot fetch vllm==0.33.0" in one_line_error(p)
+
+
+def test_bad_flags_exit_2():
+    p = run_cli("check", "--profile", "nightly")
+    assert p.returncode == 2
+    assert "invalid choice" in p.stderr
+    assert run_cli("frobnicate").returncode == 2
+
+
+def test_vllm_version_before_the_store():
+    p = run_cli("check", "--target", "vllm==0.10.2")
+    assert p.returncode == 2
+    assert "predates" in one_line_error(p)
+
+
+def test_gate_passes_on_impl_ci_profile(tmp_path):
+    """The README's gate command, in-process: exit 0 and a complete report."""
+    rep = tmp_path / "report"
+    assert main(["check", "--target", "impl", "--profile", "ci", "--report-dir", str(rep)]) == 0
+    data = json.loads((rep / "report.json").read_text())
+    assert data["schema"] == "shmspec.report/1"
+    assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
+    for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK", "CONFORMANCE"):
+        assert data["properties"][pid] == "pass", pid
+    assert data["properties"]["WRAP"] == "not-checked"
+    assert data["violations"] == [] and data["repro"] is None
+    assert all(c["examples"] > 0 and c["steps"] > 0 for c in data["campaigns"])
+    assert "<html" in (rep / "report.html").read_text().lower()
+    assert not (rep / "repro_test.py").exists()
