@@ -48,11 +48,12 @@ BAD_FIELDS = {
 class PropertyViolation(AssertionError):
     """A property of SEMANTICS.md (or CONFORMANCE) failed at one step."""
 
-    def __init__(self, prop: str, message: str, steps: list["Step"] | None = None):
+    def __init__(self, prop: str, message: str, steps: list["Step"] | None = None, action: str = ""):
         super().__init__(f"{prop}: {message}")
         self.prop = prop
         self.message = message
         self.steps = list(steps or [])
+        self.action = action
 
 
 @dataclass
@@ -123,6 +124,7 @@ class SessionConfig:
     readers: tuple[str, ...] = ("r1", "r2")
     compare_state: bool = True
     excused: frozenset[str] = frozenset()
+    """Properties recorded but not raised: ``"NRR"``, or ``"CONFORMANCE@put"`` for one action."""
 
 
 def render(x: Any) -> str:
@@ -247,10 +249,10 @@ class Session:
 
     def _raise_first(self, step: Step) -> None:
         for prop, msg in step.violations:
-            if prop in self.config.excused:
+            if prop in self.config.excused or f"{prop}@{step.action}" in self.config.excused:
                 self.excused_hits.append((prop, msg))
                 continue
-            raise PropertyViolation(prop, f"step {step.index} ({step.process} {step.action}): {msg}", self.trace)
+            raise PropertyViolation(prop, f"step {step.index} ({step.process} {step.action}): {msg}", self.trace, step.action)
 
     def _model(self, action: M.Action) -> M.Outcome:
         self.state, out = M.step(self.state, action)
