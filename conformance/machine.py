@@ -22,8 +22,8 @@ from .loader import LoadedTarget
 from .serde import object_nbytes
 from .session import BAD_FIELDS, FORGERIES, Call, Session, SessionConfig
 
-KEYS = ("k0", "k1", "k2", "k3", "k4")
-"""A small key pool, so duplicate puts happen."""
+KEYS = tuple(f"k{i}" for i in range(8))
+"""A small key pool, so duplicate puts happen (8 keys: enough live objects to fill the ring)."""
 
 
 @dataclass(frozen=True)
@@ -46,23 +46,25 @@ class Campaign:
 # claims it: its verdict stays "not-checked" unless it fails.
 _EVERY_STEP = {"DISJ", "FIFO", "RC", "LEAK", "CONFORMANCE"}
 CAMPAIGNS: tuple[Campaign, ...] = (
-    Campaign("core", frozenset({"put", "put_oversize", "get_cached", "is_cached", "get_live", "writer_get", "free_unused"}),
+    Campaign("core", frozenset({"put", "consume", "put_oversize", "get_cached", "is_cached", "get_live", "writer_get", "free_unused"}),
              frozenset({"NRR", "DUP", "SIZE", "OOM"} | _EVERY_STEP)),
-    Campaign("stale", frozenset({"put", "get_cached", "get_live", "get_stale", "free_unused", "clear"}),
+    Campaign("stale", frozenset({"put", "consume", "get_cached", "get_live", "get_stale", "free_unused", "clear"}),
              frozenset({"NRR", "CLR", "OOM"} | _EVERY_STEP)),
-    Campaign("adversarial", frozenset({"put", "put_adversarial", "forge_and_read", "get_live", "get_stale", "free_unused", "clear"}),
+    Campaign("adversarial", frozenset({"put", "consume", "put_adversarial", "forge_and_read", "get_live", "get_stale", "free_unused", "clear"}),
              frozenset({"NRR", "CLR"} | _EVERY_STEP)),
-    Campaign("auth", frozenset({"put", "get_cached", "get_live", "get_forged", "touch_forged", "free_unused"}),
+    Campaign("auth", frozenset({"put", "consume", "get_cached", "get_live", "get_forged", "touch_forged", "free_unused"}),
              frozenset({"AUTH", "NRR"} | _EVERY_STEP), needs_signed=True),
     Campaign("fields", frozenset({"put", "get_live", "get_bad_fields"}), frozenset({"NRR"} | _EVERY_STEP)),
-    Campaign("touch", frozenset({"put", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused"}),
+    Campaign("touch", frozenset({"put", "consume", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused"}),
              frozenset({"NRR", "OOM"} | _EVERY_STEP), needs_touch=True),
     Campaign("lock", frozenset({"put", "get_live", "attach_lockless"}), frozenset({"LOCK"} | _EVERY_STEP)),
 )
 
 
-def payloads(min_len: int = 0, max_len: int = 60) -> st.SearchStrategy[bytes]:
-    return st.binary(min_size=min_len, max_size=max_len)
+def payloads(max_len: int) -> st.SearchStrategy[bytes]:
+    """Payload bodies whose length is drawn uniformly up to ``max_len`` bytes
+    (plain ``st.binary`` favours short values, and short values never fill the ring)."""
+    return st.integers(0, max_len).flatmap(lambda n: st.binary(min_size=n, max_size=n))
 
 
 def _has(attr: str):
@@ -132,6 +134,13 @@ class _Base(RuleBasedStateMachine):
         if placed:
             self._run(Call(reader, "get", {"ref": data.draw(st.sampled_from(placed), label="handle")}))
 
+    def consume(self, data):
+        """Every reader reads one live handle once (the read-once protocol), so
+        its chunk becomes reclaimable and puts exercise FIFO reclaim."""
+        r = self._draw_ref(data, self.session.live_refs())
+        for reader in self.config.readers:
+            self._run(Call(reader, "get", {"ref": r.ref}))
+
     def get_cached(self, key):
         if self.session.state.chunk_for_key(key) is not None:
             self._run(Call("writer", "get_cached", {"key": key}))
@@ -191,7 +200,8 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
     field_kinds = sorted(BAD_FIELDS) if target.profile.signed else [
         "negative_address", "huge_address", "id_out_of_range", "negative_id"]
     return {
-        "put": (dict(key=keys, body=payloads()), None),
+        "put": (dict(key=keys, body=payloads(config.max_object_size - object_nbytes(b"") - 4)), None),
+        "consume": (dict(data=st.data()), _has("live_refs")),
         "put_oversize": (dict(key=keys, extra=st.integers(1, 16)), None),
         "put_adversarial": (dict(key=keys, data=st.data()), _has("stale_refs")),
         "forge_and_read": (dict(key=keys, data=st.data(), reader=readers), _has("stale_refs")),

@@ -24,6 +24,7 @@ from typing import Any
 from shmspec.model import ring as model_ring
 from shmspec.model import store as M
 from shmspec.model.properties import check_state, check_transition, disj, fifo, wrap
+from shmspec.model.errors import OutOfSpace
 from shmspec.model.ring import ID_MAX
 
 from . import serde
@@ -43,6 +44,10 @@ BAD_FIELDS = {
     "non_str_key": dict(key=7),
 }
 """Malformed handle fields a reader may be handed (each must give ValueError)."""
+
+
+SEVERITY = ("NRR", "DISJ", "RC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "OOM", "LEAK", "CONFORMANCE")
+"""When one step breaks several properties, the most severe is raised first."""
 
 
 class PropertyViolation(AssertionError):
@@ -160,6 +165,8 @@ class Session:
         self.epoch = 0
         self.trace: list[Step] = []
         self.excused_hits: list[tuple[str, str]] = []
+        self.put_data: dict[str, bytes] = {}
+        self._before: Snapshot | None = None
         self.closed = False
         self.adapter.open()
         for name in c.readers:
@@ -222,7 +229,7 @@ class Session:
     # -- execution ----------------------------------------------------------
     def execute(self, call: Call) -> Step:
         before_model = self.state
-        before_snap = self.adapter.snapshot()
+        before_snap = self._before = self.adapter.snapshot()
         calls_before = serde.DESERIALIZE_CALLS[0]
         handler = getattr(self, f"_do_{call.action}", None)
         if handler is None:
@@ -233,6 +240,7 @@ class Session:
         violations += self._observation_checks(call, expected, observed, before_snap, after_snap, deserialized,
                                                attributed=bool(violations))
         violations += self._state_checks(call, before_model, model_action, expected, before_snap, after_snap)
+        violations.sort(key=lambda pv: SEVERITY.index(pv[0]) if pv[0] in SEVERITY else len(SEVERITY))
         step = Step(
             index=len(self.trace),
             process=call.process,
@@ -271,19 +279,54 @@ class Session:
 
     def _do_put(self, call: Call):
         key, data = call.args["key"], bytes.fromhex(call.args["data"])
-        a = M.Action.of("put", key=key, value=data, nbytes=object_nbytes(data))
+        nbytes = object_nbytes(data)
+        a = M.Action.of("put", key=key, value=data, nbytes=nbytes)
         exp = self._model(a)
         obs = self.adapter.put(key, Blob(data))
+        before = self._before
         v = []
-        if exp.error == "DuplicateKey" and obs.error != "DuplicateKey":
-            v.append(("DUP", f"put of cached key {key!r} gave {render(obs)}, not DuplicateKey"))
-        elif exp.error == "ObjectTooLarge" and obs.error != "ObjectTooLarge":
-            v.append(("SIZE", f"put of {object_nbytes(data)} bytes (max {self.config.max_object_size}) gave {render(obs)}"))
-        elif (exp.error == "OutOfSpace") != (obs.error == "OutOfSpace") and not (obs.error or "").startswith("Crash"):
-            v.append(("OOM", f"model says {render(exp)}, target gave {render(obs)}"))
+        crashed = (obs.error or "").startswith("Crash")
+        if key in before.key_index:
+            if obs.error != "DuplicateKey":
+                v.append(("DUP", f"put of key {key!r}, cached by the target, gave {render(obs)}, not DuplicateKey"))
+        elif nbytes > self.config.max_object_size:
+            if obs.error != "ObjectTooLarge":
+                v.append(("SIZE", f"put of {nbytes} bytes (max {self.config.max_object_size}) gave {render(obs)}"))
+        elif not crashed:
+            room = self._room_after_reclaim(before, nbytes)
+            if room == (obs.error == "OutOfSpace"):
+                v.append(("OOM", f"on the target's own state (start {before.start}, end {before.end}, live ids "
+                                  f"{[c.id for c in before.chunks]}) FIFO reclaim leaves "
+                                  f"{'room' if room else 'no room'} for {nbytes} bytes, but put gave {render(obs)}"))
         if obs.ok:
-            self._issue(key, tuple(obs.value), exp)
+            self.put_data[key] = data
+            self._issue(key, tuple(obs.value), data)
         return a, exp, obs, v
+
+    def _room_after_reclaim(self, snap: Snapshot, nbytes: int) -> bool:
+        """SEMANTICS.md's put step 3 applied to a target's own state: is there
+        contiguous room for ``nbytes``, at once or after FIFO reclaim of up to
+        ``2 * max_object_size`` bytes?"""
+        protected = {c.id for c in self.state.ring.chunks if c.protected}
+        chunks = tuple(
+            model_ring.Chunk(id=c.id, abs_id=i, address=c.address, size=c.size,
+                             writer_count=c.writer_count, reader_count=c.reader_count, protected=c.id in protected)
+            for i, c in enumerate(snap.chunks)
+        )
+        ring = model_ring.Ring(snap.ring_size, snap.start, snap.end, snap.id_start, snap.id_end, chunks)
+        try:
+            model_ring.plan_allocation(ring, nbytes)
+            return True
+        except OutOfSpace:
+            pass
+        n = self.config.n_readers
+        ring, _ = model_ring.free(ring, lambda c: not c.protected and c.reader_count >= c.writer_count * n,
+                                  2 * self.config.max_object_size)
+        try:
+            model_ring.plan_allocation(ring, nbytes)
+            return True
+        except OutOfSpace:
+            return False
 
     def _do_get_cached(self, call: Call):
         key = call.args["key"]
@@ -291,10 +334,12 @@ class Session:
         exp = self._model(a)
         obs = self.adapter.get_cached(key)
         if obs.ok:
-            self._issue(key, tuple(obs.value), exp)
+            self._issue(key, tuple(obs.value), self.put_data.get(key, b""))
         return a, exp, obs, []
 
-    def _issue(self, key: str, handle: tuple[int, int], exp: M.Outcome) -> None:
+    def _issue(self, key: str, handle: tuple[int, int], data: bytes) -> None:
+        """Record a handle the target issued, with the bytes the target was given
+        under that key (not the model's idea of them: NRR is about the target)."""
         chunk = self.state.chunk_for_key(key)
         model_sig = real_sig = None
         if self.profile.signed:
@@ -308,7 +353,7 @@ class Session:
                 address=handle[0],
                 id=handle[1],
                 abs_id=chunk.abs_id if chunk is not None and chunk.handle == handle else -1,
-                data=chunk.value if chunk is not None else b"",
+                data=data,
                 epoch=self.epoch,
                 model_sig=model_sig,
                 real_sig=real_sig,
@@ -378,7 +423,7 @@ class Session:
         if r.epoch < self.epoch:
             v = [("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")]
             if obs.value != original:
-                v.insert(0, ("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"))
+                v.append(("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"))
             return v
         if obs.value == original:
             return []
@@ -423,9 +468,12 @@ class Session:
                 v.append(("AUTH", f"{deserialized} deserialize call(s) for a rejected {call.args.get('forge') or call.args.get('fields')} handle"))
             if before.comparable() != after.comparable():
                 v.append(("AUTH", "a rejected handle changed the store's state"))
-        if call.action == "put" and exp.error in ("DuplicateKey", "ObjectTooLarge") and before.comparable() != after.comparable():
-            prop = "DUP" if exp.error == "DuplicateKey" else "SIZE"
-            v.append((prop, f"the rejected put changed the store: {_snap_diff(before, after)}"))
+        if call.action == "put" and before.comparable() != after.comparable():
+            key, nbytes = call.args["key"], object_nbytes(bytes.fromhex(call.args["data"]))
+            if key in before.key_index:  # judged on the target's own index
+                v.append(("DUP", f"the put of cached key {key!r} changed the store: {_snap_diff(before, after)}"))
+            elif nbytes > self.config.max_object_size:
+                v.append(("SIZE", f"the oversize put changed the store: {_snap_diff(before, after)}"))
         if not v and not attributed and not _outcome_matches(exp, obs, self._original_for(call)):
             detail = f" [{obs.detail}]" if obs.detail else ""
             v.append(("CONFORMANCE", f"model: {render(exp)}; target: {render(obs)}{detail}"))

@@ -1,0 +1,38 @@
+"""Variant lockless_reader: a reader view can be built without a lock.
+
+Bug: neither ``__init__`` nor ``create_from_handle`` insists on a reader lock;
+a missing lock silently becomes "no locking" (``contextlib.nullcontext``), so
+concurrent readers race on the read-modify-write of ``reader_count`` and lose
+increments.  vLLM raises ``ValueError("Lock must be provided for readers.")``.
+
+Must be caught by: LOCK (a reader without a lock cannot be built).
+"""
+
+import contextlib
+
+from shmspec import impl as _impl
+from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
+
+SHMSPEC_PROFILE = "impl"
+
+
+class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
+    def __init__(self, max_object_size, n_readers, ring_buffer, serde_class=_impl.PickleSerde,
+                 reader_lock=None):
+        if reader_lock is None and not ring_buffer.is_writer:
+            reader_lock = contextlib.nullcontext()  # BUG: should raise MissingReaderLock
+        super().__init__(max_object_size, n_readers, ring_buffer, serde_class, reader_lock)
+
+    @staticmethod
+    def create_from_handle(handle):
+        ring = SingleWriterShmRingBuffer(*handle.ring_buffer_handle)  # BUG: no lock check
+        return SingleWriterShmObjectStorage(
+            max_object_size=handle.max_object_size,
+            n_readers=handle.n_readers,
+            ring_buffer=ring,
+            serde_class=handle.serde_class,
+            reader_lock=handle.reader_lock,
+        )
+
+
+__all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

@@ -1,0 +1,62 @@
+"""Variant size_off_by_one: the size check forgets the 4-byte reader count.
+
+Bug: ``put`` compares ``len(metadata) + len(data)`` with ``max_object_size``
+instead of ``4 + len(metadata) + len(data)``, so objects of up to
+``max_object_size + 4`` bytes (as the store accounts them) are accepted.
+(``put`` below is impl's, with only that comparison changed.)
+
+Must be caught by: SIZE (an object over ``max_object_size`` is rejected, and
+nothing changes).
+"""
+
+from shmspec import impl as _impl
+from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
+from shmspec.impl import layout, yieldpoints
+from shmspec.impl.layout import int32_to_bytes
+from shmspec.impl.storage import _check_serialized
+from shmspec.model.errors import BadHandleFields, DuplicateKey, ObjectTooLarge
+
+SHMSPEC_PROFILE = "impl"
+
+
+class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
+    def put(self, key, value):
+        self._require_writer("put objects")
+        if not isinstance(key, str):
+            raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
+        if key in self.key_index:
+            raise DuplicateKey(key)
+        data, data_nbytes, metadata, md_nbytes = self.ser_de.serialize(value)
+        pieces, md_view = _check_serialized(data, data_nbytes, metadata, md_nbytes)
+        object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
+        if md_nbytes + data_nbytes > self.max_object_size:  # BUG: flag_bytes not counted
+            raise ObjectTooLarge(object_nbytes, self.max_object_size)
+        ring = self.ring_buffer
+        try:
+            address, monotonic_id = ring.reserve_buf(object_nbytes)
+        except MemoryError:
+            self.free_unused()
+            address, monotonic_id = ring.reserve_buf(object_nbytes)
+        try:
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("payload_write")
+            region = ring.data_region
+            pos = address % ring.data_buffer_size + layout.MD_SIZE
+            region[pos : pos + self.flag_bytes] = int32_to_bytes(0)
+            pos += self.flag_bytes
+            region[pos : pos + md_nbytes] = md_view
+            pos += md_nbytes
+            for piece in pieces:
+                region[pos : pos + piece.nbytes] = piece
+                pos += piece.nbytes
+        except BaseException:
+            ring.rollback_buf(address, monotonic_id)
+            raise
+        self.writer_flag[monotonic_id] = self.writer_flag.get(monotonic_id, 0) + 1
+        self.key_index[key] = (address, monotonic_id)
+        self.id_index[monotonic_id] = key
+        ring.publish()
+        return address, monotonic_id
+
+
+__all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]
