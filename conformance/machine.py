@@ -48,7 +48,7 @@ _EVERY_STEP = {"DISJ", "FIFO", "RC", "LEAK", "CONFORMANCE"}
 CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("core", frozenset({"put", "consume", "put_oversize", "get_cached", "is_cached", "get_live", "writer_get", "free_unused"}),
              frozenset({"NRR", "DUP", "SIZE", "OOM"} | _EVERY_STEP)),
-    Campaign("stale", frozenset({"put", "consume", "get_cached", "get_live", "get_stale", "free_unused", "clear"}),
+    Campaign("stale", frozenset({"put", "consume", "clear_then_reread", "get_cached", "get_live", "get_stale", "free_unused", "clear"}),
              frozenset({"NRR", "CLR", "OOM"} | _EVERY_STEP)),
     Campaign("adversarial", frozenset({"put", "consume", "put_adversarial", "forge_and_read", "get_live", "get_stale", "free_unused", "clear"}),
              frozenset({"NRR", "CLR"} | _EVERY_STEP)),
@@ -141,6 +141,16 @@ class _Base(RuleBasedStateMachine):
         for reader in self.config.readers:
             self._run(Call(reader, "get", {"ref": r.ref}))
 
+    def clear_then_reread(self, key, body, data, reader):
+        """CLR in one rule: clear(), a put that may reuse the first slot, then a
+        reader presents a handle issued before the clear."""
+        self._run(Call("writer", "clear"))
+        self._run(Call("writer", "put", {"key": key, "data": (self._tag() + body).hex()}))
+        cleared = [r for r in self.session.refs if r.epoch < self.session.epoch]
+        if cleared:
+            r = self._draw_ref(data, cleared)
+            self._run(Call(reader, "get", {"ref": r.ref}))
+
     def get_cached(self, key):
         if self.session.state.chunk_for_key(key) is not None:
             self._run(Call("writer", "get_cached", {"key": key}))
@@ -202,6 +212,7 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
     return {
         "put": (dict(key=keys, body=payloads(config.max_object_size - object_nbytes(b"") - 4)), None),
         "consume": (dict(data=st.data()), _has("live_refs")),
+        "clear_then_reread": (dict(key=keys, body=payloads(16), data=st.data(), reader=readers), _has("all_refs")),
         "put_oversize": (dict(key=keys, extra=st.integers(1, 16)), None),
         "put_adversarial": (dict(key=keys, data=st.data()), _has("stale_refs")),
         "forge_and_read": (dict(key=keys, data=st.data(), reader=readers), _has("stale_refs")),

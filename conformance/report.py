@@ -69,10 +69,12 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
 
 def summary_table(result: GateResult, statements: bool = True) -> Table:
     t = Table(title="Properties", box=box.SIMPLE_HEAVY, show_lines=False)
-    cols = [("property", {}), ("verdict", {}), ("examples", {"justify": "right"}),
-            ("steps", {"justify": "right"}), ("time", {"justify": "right"})]
+    fixed = {"no_wrap": True, "min_width": 6}
+    cols = [("property", {**fixed, "min_width": 11}), ("verdict", {**fixed, "min_width": 11}),
+            ("examples", {**fixed, "justify": "right"}), ("steps", {**fixed, "justify": "right"}),
+            ("time", {**fixed, "justify": "right"})]
     if statements:
-        cols.append(("statement", {"overflow": "ellipsis", "no_wrap": True}))
+        cols.append(("statement", {"overflow": "fold"}))
     for col, kw in cols:
         t.add_column(col, **kw)
     stats = result.property_counts()
@@ -168,7 +170,7 @@ def repro_source(result: GateResult, target_source: str | None) -> str:
     return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
 
 Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
-Run:    python -m pytest repro_test.py
+Run:    .venv/bin/python -m pytest repro_test.py   (any Python with shmspec installed)
 Each test replays one violation's steps against the same target, on the model
 and the target in lockstep, and fails while any property is still violated.
 """
