@@ -208,7 +208,7 @@ def _is_int(x: Any) -> bool:
     return isinstance(x, int) and not isinstance(x, bool)
 
 
-def _check_handle(state: State, a: Action, *, counting_touch: bool = False) -> tuple[Chunk | None, Outcome | None]:
+def _check_handle(state: State, a: Action) -> tuple[Chunk | None, Outcome | None]:
     """Validate a reader's handle.  Returns the resolved chunk, or an error outcome."""
     p = state.profile
     address, id_ = a.arg("address"), a.arg("id")
