@@ -319,9 +319,7 @@ class Session:
             return True
         except OutOfSpace:
             pass
-        n = self.config.n_readers
-        ring, _ = model_ring.free(ring, lambda c: not c.protected and c.reader_count >= c.writer_count * n,
-                                  2 * self.config.max_object_size)
+        ring, _ = model_ring.free(ring, lambda c: M.is_free(self.state, c), 2 * self.config.max_object_size)
         try:
             model_ring.plan_allocation(ring, nbytes)
             return True
