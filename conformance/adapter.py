@@ -110,6 +110,28 @@ class Snapshot:
         )
 
 
+def open_writer(target: LoadedTarget, data_buffer_size: int, max_object_size: int,
+                n_readers: int, lock: Any, serde_class: type = HarnessSerde) -> Any:
+    """Build a target's writer view on a new segment (sizes in bytes).
+
+    The readers' ``lock`` is passed to the writer too when the storage class
+    says it uses it (``writer_uses_reader_lock``, impl/: it fences reclaims);
+    vLLM's writer is built without one, as vLLM builds it.
+    """
+    ring = target.ring_cls(data_buffer_size, None, True)
+    kwargs = {}
+    if getattr(target.storage_cls, "writer_uses_reader_lock", False):
+        kwargs["reader_lock"] = lock
+    try:
+        return target.storage_cls(max_object_size=max_object_size, n_readers=n_readers,
+                                  ring_buffer=ring, serde_class=serde_class, **kwargs)
+    except BaseException:
+        closer = getattr(ring, "close", None)
+        if closer is not None:
+            closer()
+        raise
+
+
 @dataclass
 class StoreAdapter:
     """A writer and named reader views of one target, built with the harness serde.
@@ -125,21 +147,18 @@ class StoreAdapter:
     readers: dict[str, Any] = field(default_factory=dict)
     lock: Any = None
     segment: str = ""
+    serde_class: type = HarnessSerde
 
     def open(self) -> None:
-        ring = self.target.ring_cls(self.data_buffer_size, None, True)
-        self.segment = ring.shared_memory.name
-        self.writer = self.target.storage_cls(
-            max_object_size=self.max_object_size,
-            n_readers=self.n_readers,
-            ring_buffer=ring,
-            serde_class=HarnessSerde,
-        )
-        self.lock = multiprocess.Lock()
+        if self.lock is None:
+            self.lock = multiprocess.Lock()
+        self.writer = open_writer(self.target, self.data_buffer_size, self.max_object_size,
+                                  self.n_readers, self.lock, self.serde_class)
+        self.segment = self.writer.ring_buffer.shared_memory.name
 
     # -- reader views -------------------------------------------------------
     def attach_reader(self, name: str, with_lock: bool = True) -> Observation:
-        handle = dataclasses.replace(self.writer.handle(), reader_lock=self.lock if with_lock else None)
+        handle = reader_handle(self.writer, self.lock if with_lock else None)
         obs = observe(lambda: self.target.storage_cls.create_from_handle(handle))
         if obs.ok:
             self.readers[name] = obs.value
@@ -233,6 +252,12 @@ class StoreAdapter:
         if segment_exists(self.segment):
             gc.collect()  # stores without close() unlink in __del__ (vLLM < 0.15)
         return not segment_exists(self.segment)
+
+
+def reader_handle(writer: Any, lock: Any) -> Any:
+    """The writer's handle with ``reader_lock`` set to ``lock`` (the harness's
+    process-shared lock, or None to build a lockless reader)."""
+    return dataclasses.replace(writer.handle(), reader_lock=lock)
 
 
 def segment_exists(name: str) -> bool:

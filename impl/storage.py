@@ -7,13 +7,15 @@ property NRR holds whatever bytes payloads contain and whatever a reader does.
 
 from __future__ import annotations
 
+from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 from shmspec.model.errors import (
     BadHandleFields,
     BadSignature,
     DuplicateKey,
+    LockTimeout,
     MissingReaderLock,
     NotWriter,
     ObjectTooLarge,
@@ -25,6 +27,11 @@ from . import layout, signing, yieldpoints
 from .layout import bytes_to_int32, candidate_abs, generation, int32_to_bytes
 from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
+
+LOCK_TIMEOUT = 10.0
+"""Seconds a reader (or a writer given the lock) waits for the reader lock
+before raising :class:`LockTimeout`.  Module-level so tests and operators can
+lower it; read at every acquisition."""
 
 
 @dataclass
@@ -114,13 +121,32 @@ class SingleWriterShmObjectStorage:
     g. under the reader lock: liveness re-checked, ``reader_count`` incremented;
     h. the private copy is deserialized.
 
-    Known remaining window: the writer never takes the reader lock, so a
-    ``clear()`` (or a free made possible by another reader over-counting)
-    that lands between step g's liveness re-check and its increment lets the
-    increment write four bytes into memory that may already be reused.  The
-    value returned is unaffected (it comes from the validated private copy),
-    but another object's bytes can be altered.  To be closed with per-reader
-    hazard slots that the writer consults before reclaiming.
+    Reclaim fence: when the *writer* is also given ``reader_lock`` (the same
+    process-shared lock as its readers; :attr:`writer_uses_reader_lock`), it
+    holds that lock while it reclaims chunks (:meth:`free_unused`, and so the
+    retry inside :meth:`put`) and while it clears.  Step g (re-check and
+    increment) is then atomic with respect to every reclaim, so an increment
+    can only land on a chunk that is still live: ``reader_count`` counts reads
+    that happened (property RC), and no memory is reused under a reader's
+    feet.  A writer built *without* the lock (vLLM's own construction) keeps
+    one window: a ``clear()`` between step g's re-check and its increment
+    lets the increment alter four bytes of memory that may be reused.  The
+    value returned is unaffected either way (it comes from the validated
+    private copy).
+
+    Memory ordering: the protocol assumes x86-64 (TSO) ordering of the
+    writer's plain stores into the segment (header and payload before
+    ``abs_end``; ``abs_start`` before any reuse) and of the reader's loads
+    (copy before re-check).  The lock adds full barriers around step g.
+
+    Faults (tested in ``tests/test_faults.py``): a reader killed while holding
+    the lock leaves it held; other readers' ``get`` and the writer's reclaims
+    then raise :class:`LockTimeout` after :data:`LOCK_TIMEOUT` seconds instead
+    of blocking for ever, and only a new store (with a new lock) recovers.  A
+    reader killed outside the lock never counts its pending reads, so with
+    read-counting the chunks it had not read pin the FIFO head: puts end in
+    ``MemoryError`` until the writer calls :meth:`clear`, which reclaims
+    everything regardless of counts.
     """
 
     def __init__(
@@ -147,7 +173,26 @@ class SingleWriterShmObjectStorage:
             self._touched: set[int] = set()
         self._reader_lock = reader_lock
 
+    writer_uses_reader_lock = True
+    """The writer fences reclaims with ``reader_lock`` when it is given one
+    (see the class docstring); harnesses pass the readers' lock to the writer
+    only when this is true (vLLM's writer would count its own reads)."""
+
     # ---------------------------------------------------------------- helpers
+    @contextmanager
+    def _locked(self) -> Iterator[None]:
+        """Hold ``reader_lock`` (if any) or raise :class:`LockTimeout`."""
+        lock = self._reader_lock
+        if lock is None:
+            yield
+            return
+        if not lock.acquire(True, LOCK_TIMEOUT):
+            raise LockTimeout(LOCK_TIMEOUT)
+        try:
+            yield
+        finally:
+            lock.release()
+
     def _require_writer(self, operation: str) -> None:
         if not self.is_writer:
             raise NotWriter(operation)
@@ -256,7 +301,8 @@ class SingleWriterShmObjectStorage:
     def free_unused(self) -> None:
         """Writer: FIFO-reclaim up to ``2 * max_object_size`` bytes and drop their keys."""
         self._require_writer("free objects")
-        freed = self.ring_buffer.free_buf(self.default_is_free_check, 2 * self.max_object_size)
+        with self._locked():
+            freed = list(self.ring_buffer.free_buf(self.default_is_free_check, 2 * self.max_object_size))
         for freed_id in freed:
             key = self.id_index.pop(freed_id, None)
             if key is not None:
@@ -271,7 +317,8 @@ class SingleWriterShmObjectStorage:
         """
         if not self.is_writer:
             return
-        self.ring_buffer.clear()
+        with self._locked():
+            self.ring_buffer.clear()
         self.key_index.clear()
         self.id_index.clear()
         self.writer_flag.clear()
@@ -372,7 +419,7 @@ class SingleWriterShmObjectStorage:
         payload = bytes(region[offset + layout.OBJECT_HEADER : offset + size])
         self._check_live(cand, abs_end, address, monotonic_id)
         count_at = offset + layout.MD_SIZE
-        with self._reader_lock:
+        with self._locked():
             self._check_live(cand, abs_end, address, monotonic_id)
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("counter_increment")

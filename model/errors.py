@@ -136,6 +136,24 @@ class NotWriter(StoreError, RuntimeError):
         super().__init__(f"Only the writer can {operation}.")
 
 
+class LockTimeout(StoreError, RuntimeError):
+    """The reader lock could not be taken within the store's timeout (seconds).
+
+    A reader killed while holding the lock leaves it held for ever (a POSIX
+    semaphore has no owner to recover it); impl/ reports that as this error
+    instead of blocking the caller for ever.  Not raised by vLLM, which blocks.
+    """
+
+    kind = "LockTimeout"
+
+    def __init__(self, seconds: float, holder: str = "reader lock"):
+        super().__init__(
+            f"Could not take the {holder} within {seconds:g} s "
+            "(a reader may have died while holding it; the store must be rebuilt)"
+        )
+        self.seconds = seconds
+
+
 ALL_ERRORS: tuple[type[StoreError], ...] = (
     DuplicateKey,
     ObjectTooLarge,
@@ -147,6 +165,7 @@ ALL_ERRORS: tuple[type[StoreError], ...] = (
     BadHandleFields,
     UnknownKey,
     NotWriter,
+    LockTimeout,
 )
 
 ERROR_KINDS: frozenset[str] = frozenset(c.kind for c in ALL_ERRORS)

@@ -1,0 +1,523 @@
+"""One writer and N reader processes over one real segment, stopped at yield points.
+
+:class:`ProcessPool` starts a writer process and reader processes with
+``multiprocess`` (fork), all sharing one process-shared reader lock created
+before the fork.  The controller (the harness's process) drives them over
+pipes.  Inside a worker every yield point of the target sends
+``("yield", point)`` to the controller and blocks until the controller answers
+``go``, so the controller decides which process takes its next atomic step.
+
+Yield points come from three places, so no target's code is edited:
+
+* impl/ calls :data:`shmspec.impl.yieldpoints.HOOK` at its own points;
+* :class:`TracedLock` wraps the reader lock: ``lock_acquire`` before it is
+  taken, ``lock_release`` before it is given back;
+* :class:`ScheduledSerde` (the harness serde) pauses at ``deserialize`` and
+  records every object it deserializes, so a deserialized recycled slot is
+  seen even when the store raises afterwards (property NRR).
+
+Every wait is bounded (:data:`STEP_TIMEOUT` seconds) and fails with a
+:class:`ScheduleError` naming the process and its last yield point.
+:meth:`ProcessPool.shutdown` stops every process and unlinks any segment a
+killed writer left behind.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import signal
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import multiprocess
+
+from shmspec.impl import yieldpoints
+
+from .adapter import Snapshot, StoreAdapter, open_writer, segment_exists
+from .loader import LoadedTarget
+from .serde import Blob, Garbage, HarnessSerde
+
+STEP_TIMEOUT = 5.0
+"""Seconds the controller waits for a process to reach its next yield point."""
+
+LOCK_POINTS = ("lock_acquire", "lock_release")
+"""Yield points of :class:`TracedLock` (every target)."""
+
+
+class ScheduleError(RuntimeError):
+    """A process did not reach a yield point in time, died, or broke the
+    controller's protocol.  A harness-level failure, never a property verdict."""
+
+
+# ----------------------------------------------------------------- worker side
+_WORKER: "_Worker | None" = None
+
+
+def _pause(point: str) -> None:
+    if _WORKER is not None:
+        _WORKER.pause(point)
+
+
+class TracedLock:
+    """A lock wrapper that pauses at ``lock_acquire`` and ``lock_release``.
+
+    Accepts both ``acquire(block, timeout)`` (multiprocessing) and the
+    context-manager protocol, as vLLM and impl/ use it.
+    """
+
+    def __init__(self, lock: Any):
+        self._lock = lock
+
+    def acquire(self, block: bool = True, timeout: float | None = None) -> bool:
+        _pause("lock_acquire")
+        if timeout is None or timeout < 0:
+            return self._lock.acquire(block)
+        return self._lock.acquire(block, timeout)
+
+    def release(self) -> None:
+        _pause("lock_release")
+        self._lock.release()
+
+    def __enter__(self) -> bool:
+        return self.acquire()
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
+
+
+class ScheduledSerde(HarnessSerde):
+    """The harness serde with a ``deserialize`` yield point and a record of
+    every object deserialized during the current operation."""
+
+    def deserialize(self, data: memoryview) -> Any:
+        _pause("deserialize")
+        obj = super().deserialize(data)
+        if _WORKER is not None:
+            _WORKER.deserialized.append(encode_value(obj))
+        return obj
+
+
+def encode_value(v: Any) -> Any:
+    """JSON-able form of an operation's result: Blob -> {"blob": hex}, ..."""
+    if isinstance(v, Blob):
+        return {"blob": v.data.hex()}
+    if isinstance(v, Garbage):
+        return {"garbage": v.raw.hex()}
+    if isinstance(v, (tuple, list)):
+        return [encode_value(x) for x in v]
+    if v is None or isinstance(v, (bool, int, float, str)):
+        return v
+    return repr(v)
+
+
+class _Worker:
+    """The loop a writer or reader process runs."""
+
+    def __init__(self, name: str, conn: Any, target: LoadedTarget, lock: Any):
+        self.name = name
+        self.conn = conn
+        self.target = target
+        self.lock = TracedLock(lock)
+        self.adapter: StoreAdapter | None = None
+        self.active = False
+        self.last_point: str | None = None
+        self.deserialized: list[Any] = []
+
+    def pause(self, point: str) -> None:
+        if not self.active:
+            return
+        if point == "deserialize" and self.last_point == "deserialize":
+            return  # impl's own point and the serde's are one step
+        self.last_point = point
+        self.conn.send(("yield", point, list(self.deserialized)))
+        while True:
+            msg = self.conn.recv()
+            if msg[0] == "go":
+                return
+            self._service(msg)
+
+    def _service(self, msg: tuple) -> None:
+        """Requests answered while paused or idle (never run an operation)."""
+        if msg[0] == "snapshot":
+            self.conn.send(("snapshot", self._snapshot()))
+        else:
+            self.conn.send(("error", f"{self.name}: unexpected {msg[0]!r} while paused"))
+
+    def _snapshot(self) -> dict | None:
+        if self.adapter is None or self.adapter.writer is None:
+            return None
+        try:
+            return dataclasses.asdict(self.adapter.snapshot())
+        except Exception as exc:  # noqa: BLE001 - a torn mid-operation read
+            return {"error": f"{type(exc).__name__}: {exc}"}
+
+    def run(self) -> None:
+        while True:
+            try:
+                msg = self.conn.recv()
+            except EOFError:
+                break
+            cmd = msg[0]
+            try:
+                if cmd == "exit":
+                    self._close()
+                    self.conn.send(("bye",))
+                    break
+                if cmd == "open":
+                    self.conn.send(("opened", *self._open(*msg[1:])))
+                elif cmd == "attach":
+                    self._attach(*msg[1:])
+                    self.conn.send(("attached",))
+                elif cmd == "op":
+                    self.conn.send(("done", *self._op(msg[1], msg[2])))
+                elif cmd == "close":
+                    self.conn.send(("closed", self._close()))
+                else:
+                    self._service(msg)
+            except Exception as exc:  # noqa: BLE001 - reported to the controller
+                self.conn.send(("error", f"{self.name}: {cmd}: {type(exc).__name__}: {exc}"))
+
+    def _open(self, data_buffer_size: int, max_object_size: int, n_readers: int):
+        self._close()
+        a = StoreAdapter(self.target, data_buffer_size, max_object_size, n_readers,
+                         lock=self.lock, serde_class=ScheduledSerde)
+        a.writer = open_writer(self.target, data_buffer_size, max_object_size, n_readers,
+                               self.lock, ScheduledSerde)
+        a.segment = a.writer.ring_buffer.shared_memory.name
+        self.adapter = a
+        h = a.writer.handle()
+        fields = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)
+                  if f.name not in ("serde_class", "reader_lock")}
+        return fields, a.segment
+
+    def _attach(self, fields: dict, data_buffer_size: int, max_object_size: int, n_readers: int) -> None:
+        self._close()
+        a = StoreAdapter(self.target, data_buffer_size, max_object_size, n_readers, lock=self.lock)
+        handle_cls = getattr(self.target.module, "ShmObjectStorageHandle")
+        handle = handle_cls(**fields, serde_class=ScheduledSerde, reader_lock=self.lock)
+        a.readers[self.name] = self.target.storage_cls.create_from_handle(handle)
+        self.adapter = a
+
+    def _op(self, action: str, args: dict) -> tuple[Any, Any, list]:
+        """Run one operation with yield points live.  Returns
+        ``(value, error kind or None, detail, deserialized)``."""
+        a = self.adapter
+        self.deserialized = []
+        self.last_point = None
+        self.active = True
+        try:
+            if action == "put":
+                obs = a.put(args["key"], Blob(bytes.fromhex(args["data"])))
+                sig = None
+                if obs.ok and a.signed:
+                    self.active = False
+                    s = a.get_signature(args["key"])
+                    sig = list(s.value) if s.ok else None
+                result = {"handle": list(obs.value) if obs.ok else None, "signature": sig}
+                obs_value = result
+            elif action == "get":
+                obs = a.reader_get(self.name, args["address"], args["id"], args.get("signature"), args.get("key"))
+                obs_value = encode_value(obs.value)
+            elif action == "clear":
+                obs = a.clear()
+                obs_value = None
+            elif action == "free_unused":
+                obs = a.free_unused()
+                obs_value = None
+            elif action == "get_cached":
+                obs = a.get_cached(args["key"])
+                obs_value = encode_value(obs.value)
+            else:
+                raise ValueError(f"unknown action {action!r}")
+        finally:
+            self.active = False
+        return {"value": obs_value, "error": obs.error, "detail": obs.detail}, self.deserialized
+
+    def _close(self) -> bool:
+        a, self.adapter = self.adapter, None
+        if a is None:
+            return True
+        return a.close()
+
+
+def _worker_main(name: str, conn: Any, target: LoadedTarget, lock: Any) -> None:
+    global _WORKER
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when we stop
+    _WORKER = _Worker(name, conn, target, lock)
+    yieldpoints.HOOK = _pause
+    _WORKER.run()
+
+
+# ------------------------------------------------------------- controller side
+@dataclass
+class ProcState:
+    """The controller's view of one process."""
+
+    name: str
+    process: Any
+    conn: Any
+    action: str | None = None
+    """The operation in progress, or None when idle."""
+    args: dict = field(default_factory=dict)
+    point: str | None = None
+    """The yield point it is paused at (None: idle or finished)."""
+    dead: bool = False
+
+    @property
+    def idle(self) -> bool:
+        return self.action is None and not self.dead
+
+
+@dataclass
+class StepOutcome:
+    """What one scheduled step did: the process ran to ``point`` (paused) or
+    finished with ``result`` (``{"value", "error", "detail"}``) and the list of
+    objects it deserialized during the whole operation."""
+
+    process: str
+    action: str
+    args: dict
+    point: str | None
+    result: dict | None = None
+    deserialized: list = field(default_factory=list)
+    seconds: float = 0.0
+
+
+class ProcessPool:
+    """A writer process and reader processes for one target.
+
+    ``readers``: reader names (``("r1", "r2")``).  Use as a context manager or
+    call :meth:`shutdown`.  Raises :class:`ScheduleError` on any bounded wait
+    that runs out, naming the process and its last yield point.
+    """
+
+    def __init__(self, target: LoadedTarget, readers: tuple[str, ...] = ("r1", "r2"),
+                 step_timeout: float = STEP_TIMEOUT):
+        self.target = target
+        self.reader_names = tuple(readers)
+        self.step_timeout = step_timeout
+        self.ctx = multiprocess.get_context("fork")
+        self.lock = self.ctx.Lock()
+        self.procs: dict[str, ProcState] = {}
+        self.lock_holder: str | None = None
+        self.segments: set[str] = set()
+        self.geometry: tuple[int, int, int] | None = None
+        self.handle_fields: dict | None = None
+        for name in ("writer",) + self.reader_names:
+            self._spawn(name)
+
+    def _spawn(self, name: str) -> None:
+        parent, child = self.ctx.Pipe()
+        p = self.ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock),
+                             name=f"shmspec-{name}", daemon=True)
+        p.start()
+        child.close()
+        self.procs[name] = ProcState(name, p, parent)
+
+    def __enter__(self) -> "ProcessPool":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    # -- messaging ------------------------------------------------------------
+    def _recv(self, name: str, what: str) -> tuple:
+        ps = self.procs[name]
+        try:
+            ready = ps.conn.poll(self.step_timeout)
+        except (EOFError, OSError):
+            ready = True
+        if not ready:
+            where = f" (last at yield point {ps.point})" if ps.point else ""
+            raise ScheduleError(f"{_label(name)} did not reach {what} within {self.step_timeout:g} s{where}")
+        try:
+            msg = ps.conn.recv()
+        except (EOFError, OSError):
+            ps.process.join(1)
+            ps.dead = True
+            raise ScheduleError(f"{_label(name)} died (exit code {ps.process.exitcode}) before {what}") from None
+        if msg[0] == "error":
+            raise ScheduleError(msg[1])
+        return msg
+
+    def _send(self, name: str, msg: tuple) -> None:
+        try:
+            self.procs[name].conn.send(msg)
+        except (BrokenPipeError, OSError):
+            self.procs[name].dead = True
+            raise ScheduleError(f"{_label(name)} is gone (exit code {self.procs[name].process.exitcode})") from None
+
+    # -- store lifecycle --------------------------------------------------------
+    def open_store(self, data_buffer_size: int, max_object_size: int, n_readers: int) -> None:
+        """A fresh store in the writer process; every reader attaches to it."""
+        if any(not ps.idle for ps in self.procs.values()):
+            raise ScheduleError("open_store while operations are in flight")
+        self.geometry = (data_buffer_size, max_object_size, n_readers)
+        self._send("writer", ("open", data_buffer_size, max_object_size, n_readers))
+        _, fields, segment = self._recv("writer", "the store's creation")
+        self.segments.add(segment)
+        self.handle_fields = fields
+        for r in self.reader_names:
+            self._send(r, ("attach", fields, data_buffer_size, max_object_size, n_readers))
+            self._recv(r, "attachment")
+        self.lock_holder = None
+
+    def close_store(self) -> bool:
+        """Close every view and the writer; True when no segment is left (LEAK)."""
+        for r in self.reader_names:
+            self._send(r, ("close",))
+            self._recv(r, "closing its view")
+        self._send("writer", ("close",))
+        _, ok = self._recv("writer", "closing the store")
+        if ok:
+            self.segments.clear()
+        return ok
+
+    # -- scheduling ---------------------------------------------------------------
+    def start(self, name: str, action: str, args: dict) -> StepOutcome:
+        """Start ``action`` on idle process ``name``; it runs to its first yield
+        point or to completion."""
+        ps = self.procs[name]
+        if not ps.idle:
+            raise ScheduleError(f"{_label(name)} is busy with {ps.action}")
+        ps.action, ps.args, ps.point = action, dict(args), None
+        self._send(name, ("op", action, args))
+        return self._step_result(name)
+
+    def advance(self, name: str) -> StepOutcome:
+        """Let paused process ``name`` run to its next yield point or to completion."""
+        ps = self.procs[name]
+        if ps.point is None:
+            raise ScheduleError(f"{_label(name)} is not paused")
+        if ps.point == "lock_acquire" and self.lock_holder not in (None, name):
+            raise ScheduleError(f"{_label(name)} would block: {self.lock_holder} holds the reader lock")
+        was = ps.point
+        self._send(name, ("go",))
+        if was == "lock_acquire":
+            self.lock_holder = name
+        elif was == "lock_release" and self.lock_holder == name:
+            self.lock_holder = None
+        return self._step_result(name)
+
+    def _step_result(self, name: str) -> StepOutcome:
+        ps = self.procs[name]
+        t0 = time.perf_counter()
+        what = f"its next yield point in {ps.action}"
+        msg = self._recv(name, what)
+        out = StepOutcome(name, ps.action, ps.args, None, seconds=time.perf_counter() - t0)
+        if msg[0] == "yield":
+            ps.point = out.point = msg[1]
+            out.deserialized = msg[2]
+        elif msg[0] == "done":
+            out.result, out.deserialized = msg[1], msg[2]
+            ps.action, ps.args, ps.point = None, {}, None
+        else:
+            raise ScheduleError(f"{_label(name)} sent {msg[0]!r} during {ps.action}")
+        return out
+
+    def runnable(self) -> list[str]:
+        """Paused processes that can take a step without blocking on the lock."""
+        return [n for n, ps in self.procs.items()
+                if ps.point is not None and not ps.dead
+                and not (ps.point == "lock_acquire" and self.lock_holder not in (None, n))]
+
+    def idle(self) -> list[str]:
+        return [n for n, ps in self.procs.items() if ps.idle]
+
+    def drain(self, on_step=None) -> list[StepOutcome]:
+        """Run every operation in flight to completion, lowest runnable first."""
+        outs = []
+        for _ in range(10_000):
+            run = self.runnable()
+            if not run:
+                break
+            out = self.advance(run[0])
+            outs.append(out)
+            if on_step is not None:
+                on_step(out)
+        return outs
+
+    def snapshot(self) -> Snapshot | None:
+        """The writer's ring state now (it may be paused mid-operation)."""
+        if self.procs["writer"].dead:
+            return None
+        self._send("writer", ("snapshot",))
+        msg = self._recv("writer", "a snapshot")
+        d = msg[1]
+        if not d or "error" in d:
+            return None
+        from .adapter import SnapChunk
+        d = dict(d)
+        d["chunks"] = [SnapChunk(**c) for c in d["chunks"]]
+        return Snapshot(**d)
+
+    def clean(self) -> bool:
+        """Every process alive and idle, the lock free."""
+        return self.lock_holder is None and all(ps.idle and ps.process.is_alive() for ps in self.procs.values())
+
+    def respawn(self) -> None:
+        """Kill every process and start fresh ones with a fresh lock (a process
+        killed while holding the old lock would leave it held for ever)."""
+        self.shutdown()
+        self.lock = self.ctx.Lock()
+        self.lock_holder = None
+        names = list(self.procs)
+        self.procs = {}
+        for name in names:
+            self._spawn(name)
+
+    # -- faults -----------------------------------------------------------------
+    def kill(self, name: str) -> None:
+        """SIGKILL process ``name`` wherever it is (a lock it holds stays held)."""
+        ps = self.procs[name]
+        os.kill(ps.process.pid, signal.SIGKILL)
+        ps.process.join(self.step_timeout)
+        ps.dead = True
+        ps.action, ps.point = None, None
+
+    def restart(self, name: str) -> None:
+        """Replace a dead (or live) process with a fresh one sharing the same lock."""
+        ps = self.procs[name]
+        if ps.process.is_alive():
+            self.kill(name)
+        ps.conn.close()
+        self._spawn(name)
+
+    # -- teardown -----------------------------------------------------------------
+    def shutdown(self) -> list[str]:
+        """Stop every process (politely, then SIGKILL) and unlink any segment
+        left behind.  Returns the names of segments that had to be unlinked."""
+        for name, ps in self.procs.items():
+            if not ps.process.is_alive():
+                continue
+            if ps.idle:
+                try:
+                    ps.conn.send(("exit",))
+                    continue
+                except (BrokenPipeError, OSError):
+                    pass
+            os.kill(ps.process.pid, signal.SIGKILL)  # paused mid-operation: no clean way out
+        deadline = time.monotonic() + 2.0
+        for ps in self.procs.values():
+            ps.process.join(max(0.0, deadline - time.monotonic()))
+            if ps.process.is_alive():
+                os.kill(ps.process.pid, signal.SIGKILL)
+                ps.process.join(self.step_timeout)
+            ps.conn.close()
+        leaked = [s for s in self.segments if segment_exists(s)]
+        for s in leaked:
+            try:
+                os.unlink(os.path.join("/dev/shm", s.lstrip("/")))
+            except FileNotFoundError:
+                pass
+        self.segments.clear()
+        return leaked
+
+
+def _label(name: str) -> str:
+    return "the writer" if name == "writer" else f"reader {name}"
+
+
+__all__ = ["LOCK_POINTS", "ProcessPool", "ScheduleError", "ScheduledSerde", "StepOutcome", "TracedLock"]

@@ -1,0 +1,402 @@
+"""Controlled interleavings: Hypothesis draws the schedule, processes obey it.
+
+A :class:`ScheduledSession` runs operations in real writer and reader processes
+(:class:`~.procs.ProcessPool`) one *scheduled step* at a time: a step either
+starts an operation on an idle process or lets a paused process run to its next
+yield point.  After every step it reads the writer's ring and checks:
+
+* NRR: every object a reader deserialized, and every value it returned, is the
+  object put under the handle it presented (else it must raise StaleHandle);
+* CLR: a get that starts after a ``clear()`` has returned never resolves a
+  handle issued before it;
+* RC: a chunk that disappears (outside ``clear``) had ``reader_count >=
+  writer_count * n_readers``; and a live chunk's ``reader_count`` never exceeds
+  the gets started against its handle (a count for a read that did not happen
+  lets a chunk be reclaimed before its reads, e.g. an increment landing on a
+  recycled slot);
+* FIFO and DISJ on the live chunks.
+
+The machine (:func:`scheduled_machine`) only draws which step comes next, so a
+counterexample shrinks in its operations and its schedule together, and the
+recorded steps (``{"process", "kind", "action", "args"}``, handles named
+symbolically) replay exactly (:func:`replay_schedule`).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
+
+from shmspec.model.properties import disj, fifo
+
+from .adapter import Snapshot
+from .loader import LoadedTarget
+from .procs import ProcessPool, StepOutcome
+from .serde import Blob, object_nbytes
+from .session import SEVERITY, PropertyViolation, SessionConfig
+
+KEYS = tuple(f"k{i}" for i in range(6))
+CHECKS = frozenset({"NRR", "CLR", "RC", "FIFO", "DISJ"})
+"""What a completed controlled campaign establishes."""
+
+
+@dataclass
+class LaneStep:
+    """One scheduled step: ``process`` started (``kind="start"``) or resumed
+    (``"advance"``) ``action`` and reached yield point ``point`` (None: the
+    operation finished with ``observed``).  ``ring`` lists the live chunks
+    after the step as ``"id@address:reader_count/writer_count"``."""
+
+    index: int
+    process: str
+    kind: str
+    action: str
+    args: dict[str, Any]
+    point: str | None
+    observed: str = ""
+    ring: list[str] = field(default_factory=list)
+    violations: list[tuple[str, str]] = field(default_factory=list)
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "index": self.index,
+            "process": self.process,
+            "kind": self.kind,
+            "action": self.action,
+            "args": self.args,
+            "yield_point": self.point,
+            "observed": self.observed,
+            "ring": self.ring,
+            "violations": [{"property": p, "message": m} for p, m in self.violations],
+        }
+
+
+@dataclass
+class Ref:
+    """A handle the writer issued in this session."""
+
+    ref: str
+    key: str
+    address: int
+    id: int
+    data: bytes
+    signature: list[int] | None
+    epoch: int
+    """Number of clears completed before it was issued."""
+
+
+def _ring(snap: Snapshot | None) -> list[str]:
+    if snap is None:
+        return ["?"]
+    return [f"{c.id}@{c.address}:{c.reader_count}/{c.writer_count}" for c in snap.chunks]
+
+
+class ScheduledSession:
+    """Operations on a :class:`ProcessPool` with every check after every step.
+
+    Raises :class:`~.session.PropertyViolation` (steps are :class:`LaneStep`)
+    on the first violation of a property not in ``config.excused``; raises
+    :class:`~.procs.ScheduleError` when a process does not respond in time.
+    """
+
+    def __init__(self, pool: ProcessPool, target: LoadedTarget, config: SessionConfig):
+        self.pool = pool
+        self.target = target
+        self.config = config
+        self.refs: list[Ref] = []
+        self.trace: list[LaneStep] = []
+        self.excused_hits: list[tuple[str, str]] = []
+        self.epoch = 0
+        self.clear_running = False
+        self.gets_started: dict[tuple[int, int], int] = {}
+        self.seen_deserialized: dict[str, int] = {}
+        self.current: dict[str, tuple[str, dict]] = {}
+        """process -> (action, symbolic args) of the operation in flight."""
+        self.get_epoch: dict[str, int] = {}
+        """reader -> clears completed when its current get started."""
+        self.failed = False
+        """Set once a violation was raised: later steps are recorded, not raised."""
+        if not pool.clean():
+            pool.respawn()
+        pool.open_store(config.data_buffer_size, config.max_object_size, config.n_readers)
+        self.snap = pool.snapshot()
+        self.closed = False
+
+    # -- what the generator may choose ---------------------------------------------
+    def idle_readers(self) -> list[str]:
+        return [r for r in self.config.readers if r in self.pool.idle()]
+
+    def writer_idle(self) -> bool:
+        return "writer" in self.pool.idle()
+
+    def runnable(self) -> list[str]:
+        return self.pool.runnable()
+
+    def ref(self, name: str) -> Ref:
+        for r in self.refs:
+            if r.ref == name:
+                return r
+        raise KeyError(f"unknown handle ref {name!r}")
+
+    # -- steps ----------------------------------------------------------------------
+    def execute(self, step: dict[str, Any]) -> LaneStep:
+        """Run one recorded step ``{"process", "kind", "action", "args"}``."""
+        proc, kind, action, args = step["process"], step["kind"], step.get("action", ""), dict(step.get("args", {}))
+        if kind == "start":
+            real = self._real_args(proc, action, args)
+            if action == "clear":
+                self.clear_running = True
+            self.current[proc] = (action, args)
+            out = self.pool.start(proc, action, real)
+        elif kind == "advance":
+            if proc not in self.current:
+                raise ValueError(f"{proc} has no operation in flight to advance")
+            action, args = self.current[proc]
+            out = self.pool.advance(proc)
+        else:
+            raise ValueError(f"unknown step kind {kind!r}")
+        if out.result is not None:
+            del self.current[proc]
+        return self._after(proc, kind, action, args, out)
+
+    def _real_args(self, proc: str, action: str, args: dict) -> dict:
+        if action == "get":
+            r = self.ref(args["ref"])
+            self.gets_started[(r.address, r.id)] = self.gets_started.get((r.address, r.id), 0) + 1
+            self.get_epoch[proc] = self.epoch
+            real = {"address": r.address, "id": r.id}
+            if self.target.profile.signed:
+                real.update(signature=r.signature, key=r.key)
+            return real
+        return args
+
+    def _after(self, proc: str, kind: str, action: str, args: dict, out: StepOutcome) -> LaneStep:
+        before = self.snap
+        self.snap = self.pool.snapshot()
+        step = LaneStep(len(self.trace), proc, kind, action, args if kind == "start" else {}, out.point,
+                        ring=_ring(self.snap))
+        v: list[tuple[str, str]] = []
+        if action == "get":
+            v += self._deserialized(proc, args, out)
+        if out.result is not None:
+            step.observed = _render_result(out.result)
+            v += self._finished(proc, action, args, out)
+        v += self._state_checks(before, self.snap, action if proc == "writer" else "")
+        if out.result is not None and action == "clear":
+            self.epoch += 1
+            self.clear_running = False
+        step.violations = sorted(set(v), key=lambda pv: SEVERITY.index(pv[0]) if pv[0] in SEVERITY else 99)
+        self.trace.append(step)
+        raised = [pv for pv in step.violations if pv[0] not in self.config.excused]
+        self.excused_hits += [pv for pv in step.violations if pv[0] in self.config.excused]
+        if raised and not self.failed:
+            self.failed = True
+            prop, msg = raised[0]
+            raise PropertyViolation(prop, msg, self.trace, action)
+        return step
+
+    def _deserialized(self, proc: str, args: dict, out: StepOutcome) -> list[tuple[str, str]]:
+        """NRR at the step a reader deserialized something (seen before it returns)."""
+        seen = self.seen_deserialized.get(proc, 0)
+        new = out.deserialized[seen:]
+        self.seen_deserialized[proc] = 0 if out.result is not None else len(out.deserialized)
+        r = self.ref(args["ref"])
+        want = {"blob": r.data.hex()}
+        return [("NRR", f"reader {proc} deserialized {_render_value(d)} for handle {r.ref} "
+                        f"({r.address}, {r.id}), which holds {Blob(r.data)!r}") for d in new if d != want]
+
+    def _finished(self, proc: str, action: str, args: dict, out: StepOutcome) -> list[tuple[str, str]]:
+        res = out.result
+        v: list[tuple[str, str]] = []
+        if action == "put" and res["error"] is None:
+            address, id_ = res["value"]["handle"]
+            data = bytes.fromhex(args["data"])
+            self.refs.append(Ref(f"h{len(self.refs) + 1}", args["key"], address, id_, data,
+                                 res["value"]["signature"], self.epoch))
+        elif action == "get":
+            r = self.ref(args["ref"])
+            want = {"blob": r.data.hex()}
+            if res["error"] is None:
+                if res["value"] != want:
+                    v.append(("NRR", f"reader {proc} returned {_render_value(res['value'])} for handle {r.ref} "
+                                     f"({r.address}, {r.id}), which holds {Blob(r.data)!r}"))
+                elif r.epoch < self.get_epoch.get(proc, 0):
+                    v.append(("CLR", f"handle {r.ref} issued before a clear() resolved in a get started after it"))
+            elif res["error"] != "StaleHandle":
+                v.append(("CONFORMANCE", f"reader {proc} get of {r.ref} raised {res['detail']}"))
+        elif res["error"] is not None and res["error"] not in ("OutOfSpace", "DuplicateKey", "UnknownKey"):
+            v.append(("CONFORMANCE", f"writer {action} raised {res['detail']}"))
+        return v
+
+    def _state_checks(self, before: Snapshot | None, after: Snapshot | None, writer_action: str) -> list[tuple[str, str]]:
+        if after is None:
+            return []
+        n = self.config.n_readers
+        v = [("DISJ", m) for m in disj(after.chunks, after.ring_size)]
+        if before is not None and writer_action != "clear" and not self.clear_running:
+            after_ids = {c.id for c in after.chunks}
+            freed = [c for c in before.chunks if c.id not in after_ids]
+            if freed:
+                v += [("FIFO", m) for m in fifo(before.chunks, {c.id for c in freed})]
+                for c in freed:
+                    if c.reader_count < c.writer_count * n:
+                        v.append(("RC", f"id {c.id} reclaimed with reader_count {c.reader_count} < "
+                                        f"writer_count {c.writer_count} x n_readers {n}"))
+        issued = {(r.address, r.id) for r in self.refs}
+        in_put = self.pool.procs["writer"].action == "put"
+        for i, c in enumerate(after.chunks):
+            if (c.address, c.id) not in issued or (in_put and i == len(after.chunks) - 1):
+                continue
+            started = self.gets_started.get((c.address, c.id), 0)
+            if c.reader_count > started:
+                v.append(("RC", f"id {c.id} at {c.address} has reader_count {c.reader_count} but only "
+                                f"{started} get(s) of its handle started: a read was counted on the wrong chunk"))
+        return v
+
+    def finish(self) -> None:
+        """Run every operation in flight to completion, then close the store
+        (LEAK: the segment must be gone)."""
+        if self.closed:
+            return
+        self.closed = True
+        pending: PropertyViolation | None = None
+        try:
+            for _ in range(10_000):
+                run = self.runnable()
+                if not run:
+                    break
+                try:
+                    self.execute({"process": run[0], "kind": "advance"})
+                except PropertyViolation as exc:  # found while draining: still drain the rest
+                    pending = exc
+            closed_clean = self.pool.close_store()
+        except Exception:
+            self.pool.respawn()  # leave the pool usable for the next example
+            if pending is not None:
+                raise pending from None
+            if self.failed:
+                return
+            raise
+        if not self.pool.clean():
+            self.pool.respawn()
+        if pending is not None:
+            raise pending
+        if not closed_clean and not self.failed and "LEAK" not in self.config.excused:
+            raise PropertyViolation("LEAK", "the segment is still there after close", self.trace, "close")
+
+
+def _render_value(v: Any) -> str:
+    if isinstance(v, dict) and "blob" in v:
+        return repr(Blob(bytes.fromhex(v["blob"])))
+    if isinstance(v, dict) and "garbage" in v:
+        raw = bytes.fromhex(v["garbage"])
+        return f"Garbage({raw[:16].hex()}, {len(raw)} B)"
+    return repr(v)
+
+
+def _render_result(res: dict) -> str:
+    if res["error"] is not None:
+        return res["error"]
+    v = res["value"]
+    if isinstance(v, dict) and "handle" in v:
+        return f"handle ({v['handle'][0]}, {v['handle'][1]})"
+    return "ok" if v is None else _render_value(v)
+
+
+# ------------------------------------------------------------------- machine
+class _Scheduled(RuleBasedStateMachine):
+    target: LoadedTarget
+    config: SessionConfig
+    pool: ProcessPool
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.session: ScheduledSession | None = None
+        self.puts = 0
+
+    @initialize()
+    def open_store(self) -> None:
+        self.session = ScheduledSession(self.pool, self.target, self.config)
+
+    def _run(self, step: dict) -> None:
+        self.session.execute(step)
+
+    def teardown(self) -> None:
+        if self.session is not None:
+            self.session.finish()
+
+    @precondition(lambda self: self.session is not None and self.session.writer_idle())
+    @rule(key=st.sampled_from(KEYS), size=st.integers(0, 40))
+    def put(self, key, size):
+        self.puts += 1
+        max_data = self.config.max_object_size - object_nbytes(b"")
+        body = self.puts.to_bytes(4, "little") + bytes([self.puts % 251]) * min(size, max_data - 4)
+        self._run({"process": "writer", "kind": "start", "action": "put", "args": {"key": key, "data": body.hex()}})
+
+    @precondition(lambda self: self.session is not None and self.session.writer_idle())
+    @rule()
+    def clear(self):
+        self._run({"process": "writer", "kind": "start", "action": "clear", "args": {}})
+
+    @precondition(lambda self: self.session is not None and self.session.writer_idle())
+    @rule()
+    def free_unused(self):
+        self._run({"process": "writer", "kind": "start", "action": "free_unused", "args": {}})
+
+    @precondition(lambda self: self.session is not None and self.session.refs and self.session.idle_readers())
+    @rule(data=st.data())
+    def get(self, data):
+        s = self.session
+        reader = data.draw(st.sampled_from(s.idle_readers()), label="reader")
+        ref = data.draw(st.sampled_from([r.ref for r in reversed(s.refs)]), label="handle")
+        self._run({"process": reader, "kind": "start", "action": "get", "args": {"ref": ref}})
+
+    @precondition(lambda self: self.session is not None and self.session.runnable())
+    @rule(data=st.data())
+    def advance(self, data):
+        proc = data.draw(st.sampled_from(self.session.runnable()), label="process")
+        self._run({"process": proc, "kind": "advance"})
+
+    @precondition(lambda self: self.session is not None and self.session.runnable())
+    @rule(data=st.data())
+    def run_to_end(self, data):
+        """One process finishes its operation (a coarse schedule step)."""
+        s = self.session
+        proc = data.draw(st.sampled_from(s.runnable()), label="process")
+        while proc in s.runnable():
+            self._run({"process": proc, "kind": "advance"})
+
+
+def scheduled_machine(target: LoadedTarget, config: SessionConfig, pool: ProcessPool) -> type[RuleBasedStateMachine]:
+    """A machine class bound to ``target``, ``config`` and a running ``pool``."""
+    return type("Scheduled", (_Scheduled,), {"target": target, "config": config, "pool": pool})
+
+
+def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[str, Any]) -> str | None:
+    """Replay recorded scheduled steps exactly.  Returns ``"PROP: message"`` for
+    the first violation not excused in ``config``, or None.
+
+    Raises:
+        TargetError: the target cannot be loaded.
+        ScheduleError: a process did not follow the schedule.
+    """
+    from .gate import config_from_json
+    from .loader import load_target
+
+    cfg = config_from_json(config)
+    target = load_target(target_spec)
+    with ProcessPool(target, cfg.readers) as pool:
+        session = ScheduledSession(pool, target, cfg)
+        try:
+            for s in steps:
+                session.execute(s)
+            session.finish()
+        except PropertyViolation as exc:
+            return f"{exc.prop}: {exc.message}"
+    return None
+
+
+__all__ = ["CHECKS", "LaneStep", "ScheduledSession", "replay_schedule", "scheduled_machine"]
