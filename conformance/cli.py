@@ -1,6 +1,7 @@
 """``shmspec`` command line.
 
-``shmspec check [--target T] [--profile ci|dev|deep] [--seed N] [--report-dir DIR]``
+``shmspec check [--target T] [--profile ci|dev|deep] [--concurrency controlled|free|off]
+[--seed N] [--report-dir DIR]``
 
 Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
@@ -37,6 +38,10 @@ def build_parser() -> argparse.ArgumentParser:
     c = sub.add_parser("check", help="run the conformance gate on a target")
     c.add_argument("--target", default="impl", help="impl (default), file:PATH, or vllm==X.Y.Z")
     c.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    c.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
+                   help="after the lockstep campaigns, run writer and reader processes under a schedule Hypothesis "
+                        "draws (controlled), freely under load with a linearizability check (free), or not at all "
+                        "(off); default: the profile's (controlled)")
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
     c.add_argument("--report-dir", type=Path, default=None,
                    help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
@@ -78,7 +83,7 @@ def check(args: argparse.Namespace) -> int:
         def on_progress(name: str, done: int, total: int) -> None:
             progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
-        result = run_gate(target, args.profile, args.seed, on_progress=on_progress)
+        result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency)
     report_dir = args.report_dir or default_report_dir(spec)
     source = str(target.source) if target.source else None
     try:

@@ -36,9 +36,17 @@ from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS
 
 from .loader import LoadedTarget
 from .machine import CAMPAIGNS, Campaign, machine_for
+from .procs import ProcessPool, ScheduleError
+from .schedule import CHECKS as SCHEDULED_CHECKS
+from .schedule import scheduled_machine
 from .session import Call, PropertyViolation, SessionConfig
 
 ALL_PROPERTIES: tuple[str, ...] = PROPERTY_IDS + ("CONFORMANCE",)
+
+CONCURRENCY_MODES = ("controlled", "free", "off")
+CONCURRENT_CAMPAIGNS: tuple[Campaign, ...] = (
+    Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled"),
+)
 
 
 @dataclass(frozen=True)
@@ -51,12 +59,22 @@ class GateProfile:
     final_round: bool = True
     shrink_seconds: int = 300
     """Per counterexample: Hypothesis stops shrinking after this long."""
+    concurrency: str = "controlled"
+    """Default ``--concurrency``: ``controlled``, ``free`` or ``off``."""
+    scheduled_examples: int = 60
+    scheduled_steps: int = 40
+    """Examples and scheduled steps per example of the controlled campaign."""
+    free_seconds: float = 5.0
+    """Length of the free-running load (seconds)."""
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
-    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=15),
-    "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60),
-    "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300),
+    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=15,
+                      scheduled_examples=60, scheduled_steps=40, free_seconds=5.0),
+    "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
+                       scheduled_examples=200, scheduled_steps=60, free_seconds=20.0),
+    "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,
+                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0),
 }
 
 
@@ -71,8 +89,14 @@ class Violation:
     steps: list[dict[str, Any]]
     config: dict[str, Any]
     exc: Any = field(default=None, repr=False, compare=False)
+    concurrency: str = "off"
+    """``off`` (lockstep steps), ``controlled`` (scheduled lane steps) or ``free``."""
 
     def calls(self) -> list[dict[str, Any]]:
+        """What a replay needs: lockstep calls, or the exact schedule."""
+        if self.concurrency == "controlled":
+            return [{"process": s["process"], "kind": s["kind"], "action": s["action"], "args": s["args"]}
+                    for s in self.steps]
         return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
 
     def to_json(self) -> dict[str, Any]:
@@ -80,6 +104,7 @@ class Violation:
             "property": self.property,
             "message": self.message,
             "campaign": self.campaign,
+            "concurrency": self.concurrency,
             "round": self.round,
             "config": self.config,
             "steps": self.steps,
@@ -90,6 +115,7 @@ class Violation:
 class CampaignResult:
     name: str
     checks: list[str]
+    mode: str = "lockstep"
     examples: int = 0
     steps: int = 0
     seconds: float = 0.0
@@ -152,16 +178,24 @@ def run_gate(
     campaigns: tuple[Campaign, ...] = CAMPAIGNS,
     config: SessionConfig | None = None,
     first_finding_only: bool = False,
+    concurrency: str | None = None,
 ) -> GateResult:
     """Run the gate.  ``on_progress(campaign, done, total)`` is called as it goes.
     ``campaigns`` and ``first_finding_only`` narrow the profile (tests use them
     to run only the campaigns that check one property, stopping each campaign
-    at its first finding).
+    at its first finding).  ``concurrency`` (default: the profile's) adds the
+    ``controlled`` campaign (scheduled writer and reader processes) or the
+    ``free-running`` one after the lockstep campaigns; ``off`` adds neither.
 
     Raises:
         KeyError: unknown gate profile.
+        ValueError: unknown concurrency mode.
     """
     gp = GATE_PROFILES[profile]
+    concurrency = concurrency or gp.concurrency
+    if concurrency not in CONCURRENCY_MODES:
+        raise ValueError(f"unknown concurrency mode {concurrency!r} (choose from {', '.join(CONCURRENCY_MODES)})")
+    campaigns = tuple(campaigns) + tuple(c for c in CONCURRENT_CAMPAIGNS if c.mode == concurrency)
     if first_finding_only:
         gp = replace(gp, rounds=1, final_round=False)
     if seed is None:
@@ -190,10 +224,26 @@ def run_gate(
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig) -> CampaignResult:
-    res = CampaignResult(campaign.name, sorted(campaign.checks))
+    res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
+    if campaign.mode == "controlled":
+        # Races are findings of their own: only CONFORMANCE excusals carry over.
+        base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
+        try:
+            with ProcessPool(target, base.readers) as pool:
+                return _run_rounds(target, campaign, gp, seed, base, res,
+                                   lambda config: scheduled_machine(target, config, pool),
+                                   gp.scheduled_examples, gp.scheduled_steps)
+        except ScheduleError as exc:
+            res.error = f"ScheduleError: {exc}"
+            return res
     if not campaign.applies_to(target):
         res.skipped = f"profile {target.profile.name} has no {'signed handles' if campaign.needs_signed else 'touch'}"
         return res
+    return _run_rounds(target, campaign, gp, seed, base, res,
+                       lambda config: machine_for(target, campaign, config), gp.max_examples, gp.step_count)
+
+
+def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_examples, step_count) -> CampaignResult:
     config = base
     t0 = time.monotonic()
     for round_ in range(gp.rounds + 1):
@@ -204,13 +254,13 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
             # divergence from the model excused, so their verdicts are established.
             config = replace(config, compare_state=False, excused=config.excused | {"CONFORMANCE"})
         counters = {"examples": 0, "steps": 0}
-        machine = machine_for(target, campaign, config)
+        machine = make_machine(config)
         _count(machine, counters)
         # the same seed every round: the same exploration, carried past the excused findings
         factory = hyp_seed(seed)(lambda: machine())
         hs = settings(
-            max_examples=gp.max_examples,
-            stateful_step_count=gp.step_count,
+            max_examples=max_examples,
+            stateful_step_count=step_count,
             deadline=None,
             database=None,
             verbosity=Verbosity.quiet,
@@ -223,7 +273,8 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
             res.completed = True
         except PropertyViolation as exc:
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
-                                            [s.to_json() for s in exc.steps], _config_json(config), exc))
+                                            [s.to_json() for s in exc.steps], _config_json(config), exc,
+                                            concurrency="off" if campaign.mode == "lockstep" else campaign.mode))
             config = _excuse(config, exc)
         except Flaky as exc:
             res.error = f"the target behaved non-deterministically: {str(exc).splitlines()[0]}"
@@ -285,4 +336,4 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
     )
 
 
-__all__ = ["ALL_PROPERTIES", "DESCRIPTIONS", "GATE_PROFILES", "GateResult", "Violation", "run_gate", "config_from_json"]
+__all__ = ["ALL_PROPERTIES", "CONCURRENCY_MODES", "DESCRIPTIONS", "GATE_PROFILES", "GateResult", "Violation", "run_gate", "config_from_json"]

@@ -35,6 +35,8 @@ class Campaign:
     checks: frozenset[str]
     needs_signed: bool = False
     needs_touch: bool = False
+    mode: str = "lockstep"
+    """``lockstep`` (one process, model in lockstep), ``controlled`` or ``free``."""
 
     def applies_to(self, target: LoadedTarget) -> bool:
         p = target.profile

@@ -16,26 +16,39 @@ Yield points come from three places, so no target's code is edited:
   records every object it deserializes, so a deserialized recycled slot is
   seen even when the store raises afterwards (property NRR).
 
-Every wait is bounded (:data:`STEP_TIMEOUT` seconds) and fails with a
-:class:`ScheduleError` naming the process and its last yield point.
-:meth:`ProcessPool.shutdown` stops every process and unlinks any segment a
-killed writer left behind.
+Every wait is bounded (:data:`STEP_TIMEOUT` seconds; a step forced into a
+lock held by another process waits ``STEP_TIMEOUT`` plus impl's
+``LOCK_TIMEOUT``) and fails with a :class:`ScheduleError` naming the process
+and its last yield point.  :meth:`ProcessPool.shutdown` stops every process
+and unlinks any segment a killed writer left behind.
+
+Segments and the resource tracker: the controller starts the standard
+library's ``multiprocessing`` resource tracker before it forks any worker, so
+every writer process registers its segment with that one tracker (and not
+with a private tracker of its own, which would unlink the segment as soon as
+the writer died).  The behaviour on a writer kill is thus the same whatever
+the controller did before: the dead writer's segment stays until
+:meth:`ProcessPool.shutdown` unlinks it (and unregisters it, so the tracker
+does not warn about it when the controller exits).
 """
 
 from __future__ import annotations
 
 import dataclasses
 import os
+import pickle
 import signal
 import time
 from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
 from typing import Any
 
 import multiprocess
 
+from shmspec.impl import storage as impl_storage
 from shmspec.impl import yieldpoints
 
-from .adapter import Snapshot, StoreAdapter, open_writer, segment_exists
+from .adapter import SnapChunk, Snapshot, StoreAdapter, open_writer, segment_exists
 from .loader import LoadedTarget
 from .serde import Blob, Garbage, HarnessSerde
 
@@ -131,19 +144,26 @@ class _Worker:
         if point == "deserialize" and self.last_point == "deserialize":
             return  # impl's own point and the serde's are one step
         self.last_point = point
-        self.conn.send(("yield", point, list(self.deserialized)))
+        self.send(("yield", point, list(self.deserialized), self._snapshot()))
         while True:
-            msg = self.conn.recv()
+            msg = self.recv()
             if msg[0] == "go":
                 return
             self._service(msg)
 
+    def send(self, msg: tuple) -> None:
+        # stdlib pickle of plain data: several times faster than the dill default
+        self.conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
+
+    def recv(self) -> tuple:
+        return pickle.loads(self.conn.recv_bytes())
+
     def _service(self, msg: tuple) -> None:
         """Requests answered while paused or idle (never run an operation)."""
         if msg[0] == "snapshot":
-            self.conn.send(("snapshot", self._snapshot()))
+            self.send(("snapshot", self._snapshot()))
         else:
-            self.conn.send(("error", f"{self.name}: unexpected {msg[0]!r} while paused"))
+            self.send(("error", f"{self.name}: unexpected {msg[0]!r} while paused"))
 
     def _snapshot(self) -> dict | None:
         if self.adapter is None or self.adapter.writer is None:
@@ -156,28 +176,28 @@ class _Worker:
     def run(self) -> None:
         while True:
             try:
-                msg = self.conn.recv()
+                msg = self.recv()
             except EOFError:
                 break
             cmd = msg[0]
             try:
                 if cmd == "exit":
                     self._close()
-                    self.conn.send(("bye",))
+                    self.send(("bye",))
                     break
                 if cmd == "open":
-                    self.conn.send(("opened", *self._open(*msg[1:])))
+                    self.send(("opened", *self._open(*msg[1:])))
                 elif cmd == "attach":
                     self._attach(*msg[1:])
-                    self.conn.send(("attached",))
+                    self.send(("attached",))
                 elif cmd == "op":
-                    self.conn.send(("done", *self._op(msg[1], msg[2])))
+                    self.send(("done", *self._op(msg[1], msg[2]), self._snapshot()))
                 elif cmd == "close":
-                    self.conn.send(("closed", self._close()))
+                    self.send(("closed", self._close()))
                 else:
                     self._service(msg)
             except Exception as exc:  # noqa: BLE001 - reported to the controller
-                self.conn.send(("error", f"{self.name}: {cmd}: {type(exc).__name__}: {exc}"))
+                self.send(("error", f"{self.name}: {cmd}: {type(exc).__name__}: {exc}"))
 
     def _open(self, data_buffer_size: int, max_object_size: int, n_readers: int):
         self._close()
@@ -283,6 +303,8 @@ class StepOutcome:
     result: dict | None = None
     deserialized: list = field(default_factory=list)
     seconds: float = 0.0
+    snapshot: Snapshot | None = None
+    """The writer's ring right after the step (writer steps only)."""
 
 
 class ProcessPool:
@@ -309,6 +331,9 @@ class ProcessPool:
             self._spawn(name)
 
     def _spawn(self, name: str) -> None:
+        # Workers must share the controller's resource tracker (see the module
+        # docstring); a worker forked before it runs would start its own.
+        resource_tracker.ensure_running()
         parent, child = self.ctx.Pipe()
         p = self.ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock),
                              name=f"shmspec-{name}", daemon=True)
@@ -323,17 +348,18 @@ class ProcessPool:
         self.shutdown()
 
     # -- messaging ------------------------------------------------------------
-    def _recv(self, name: str, what: str) -> tuple:
+    def _recv(self, name: str, what: str, timeout: float | None = None) -> tuple:
         ps = self.procs[name]
+        timeout = self.step_timeout if timeout is None else timeout
         try:
-            ready = ps.conn.poll(self.step_timeout)
+            ready = ps.conn.poll(timeout)
         except (EOFError, OSError):
             ready = True
         if not ready:
             where = f" (last at yield point {ps.point})" if ps.point else ""
-            raise ScheduleError(f"{_label(name)} did not reach {what} within {self.step_timeout:g} s{where}")
+            raise ScheduleError(f"{_label(name)} did not reach {what} within {timeout:g} s{where}")
         try:
-            msg = ps.conn.recv()
+            msg = pickle.loads(ps.conn.recv_bytes())
         except (EOFError, OSError):
             ps.process.join(1)
             ps.dead = True
@@ -344,7 +370,7 @@ class ProcessPool:
 
     def _send(self, name: str, msg: tuple) -> None:
         try:
-            self.procs[name].conn.send(msg)
+            self.procs[name].conn.send_bytes(pickle.dumps(msg, protocol=pickle.HIGHEST_PROTOCOL))
         except (BrokenPipeError, OSError):
             self.procs[name].dead = True
             raise ScheduleError(f"{_label(name)} is gone (exit code {self.procs[name].process.exitcode})") from None
@@ -362,7 +388,8 @@ class ProcessPool:
         for r in self.reader_names:
             self._send(r, ("attach", fields, data_buffer_size, max_object_size, n_readers))
             self._recv(r, "attachment")
-        self.lock_holder = None
+        # lock_holder is left alone: the reader lock belongs to the pool, not
+        # to the store, and a process killed while holding it keeps it held.
 
     def close_store(self) -> bool:
         """Close every view and the writer; True when no segment is left (LEAK)."""
@@ -386,32 +413,47 @@ class ProcessPool:
         self._send(name, ("op", action, args))
         return self._step_result(name)
 
-    def advance(self, name: str) -> StepOutcome:
-        """Let paused process ``name`` run to its next yield point or to completion."""
+    def advance(self, name: str, force: bool = False) -> StepOutcome:
+        """Let paused process ``name`` run to its next yield point or to completion.
+
+        A process paused at ``lock_acquire`` while another process holds the
+        reader lock would block: that raises :class:`ScheduleError` unless
+        ``force``.  With ``force`` it runs into the held lock (e.g. one held by
+        a killed process), and the controller waits ``step_timeout`` plus
+        impl's ``LOCK_TIMEOUT`` (the value in this process, which workers
+        inherit when it is set before the pool forks) for its next step; the
+        lock is still recorded as the other holder's.
+        """
         ps = self.procs[name]
         if ps.point is None:
             raise ScheduleError(f"{_label(name)} is not paused")
-        if ps.point == "lock_acquire" and self.lock_holder not in (None, name):
-            raise ScheduleError(f"{_label(name)} would block: {self.lock_holder} holds the reader lock")
         was = ps.point
+        blocked = was == "lock_acquire" and self.lock_holder not in (None, name)
+        if blocked and not force:
+            raise ScheduleError(f"{_label(name)} would block: {self.lock_holder} holds the reader lock")
         self._send(name, ("go",))
-        if was == "lock_acquire":
+        timeout = None
+        if blocked:
+            timeout = self.step_timeout + float(impl_storage.LOCK_TIMEOUT)
+        elif was == "lock_acquire":
             self.lock_holder = name
         elif was == "lock_release" and self.lock_holder == name:
             self.lock_holder = None
-        return self._step_result(name)
+        return self._step_result(name, timeout)
 
-    def _step_result(self, name: str) -> StepOutcome:
+    def _step_result(self, name: str, timeout: float | None = None) -> StepOutcome:
         ps = self.procs[name]
         t0 = time.perf_counter()
         what = f"its next yield point in {ps.action}"
-        msg = self._recv(name, what)
+        msg = self._recv(name, what, timeout)
         out = StepOutcome(name, ps.action, ps.args, None, seconds=time.perf_counter() - t0)
         if msg[0] == "yield":
             ps.point = out.point = msg[1]
             out.deserialized = msg[2]
+            out.snapshot = _snapshot_from(msg[3])
         elif msg[0] == "done":
             out.result, out.deserialized = msg[1], msg[2]
+            out.snapshot = _snapshot_from(msg[3])
             ps.action, ps.args, ps.point = None, {}, None
         else:
             raise ScheduleError(f"{_label(name)} sent {msg[0]!r} during {ps.action}")
@@ -444,14 +486,7 @@ class ProcessPool:
         if self.procs["writer"].dead:
             return None
         self._send("writer", ("snapshot",))
-        msg = self._recv("writer", "a snapshot")
-        d = msg[1]
-        if not d or "error" in d:
-            return None
-        from .adapter import SnapChunk
-        d = dict(d)
-        d["chunks"] = [SnapChunk(**c) for c in d["chunks"]]
-        return Snapshot(**d)
+        return _snapshot_from(self._recv("writer", "a snapshot")[1])
 
     def clean(self) -> bool:
         """Every process alive and idle, the lock free."""
@@ -470,12 +505,19 @@ class ProcessPool:
 
     # -- faults -----------------------------------------------------------------
     def kill(self, name: str) -> None:
-        """SIGKILL process ``name`` wherever it is (a lock it holds stays held)."""
+        """SIGKILL process ``name`` wherever it is (a lock it holds stays held).
+
+        If it held the reader lock, :attr:`lock_holder` becomes
+        ``"<name> (killed)"``, so that a process later restarted under the same
+        name is not taken for the holder.
+        """
         ps = self.procs[name]
         os.kill(ps.process.pid, signal.SIGKILL)
         ps.process.join(self.step_timeout)
         ps.dead = True
         ps.action, ps.point = None, None
+        if self.lock_holder == name:
+            self.lock_holder = f"{name} (killed)"
 
     def restart(self, name: str) -> None:
         """Replace a dead (or live) process with a fresh one sharing the same lock."""
@@ -494,7 +536,7 @@ class ProcessPool:
                 continue
             if ps.idle:
                 try:
-                    ps.conn.send(("exit",))
+                    ps.conn.send_bytes(pickle.dumps(("exit",)))
                     continue
                 except (BrokenPipeError, OSError):
                     pass
@@ -511,9 +553,21 @@ class ProcessPool:
             try:
                 os.unlink(os.path.join("/dev/shm", s.lstrip("/")))
             except FileNotFoundError:
-                pass
+                continue
+            # The dead writer registered it with our (shared) resource
+            # tracker; without this the tracker warns about a "leaked"
+            # segment, and fails to unlink it, when this process exits.
+            resource_tracker.unregister("/" + s.lstrip("/"), "shared_memory")
         self.segments.clear()
         return leaked
+
+
+def _snapshot_from(d: dict | None) -> Snapshot | None:
+    if not d or "error" in d:
+        return None
+    d = dict(d)
+    d["chunks"] = [SnapChunk(**c) for c in d["chunks"]]
+    return Snapshot(**d)
 
 
 def _label(name: str) -> str:

@@ -101,10 +101,40 @@ def steps_table(v: Violation) -> Table:
     return t
 
 
+def lanes_table(v: Violation) -> Table:
+    """One lane (column) per process, one row per scheduled step, the ring's
+    live chunks (``id@address:reader_count/writer_count``) beside each step;
+    the step that broke a property in bold red."""
+    procs = []
+    for s in v.steps:
+        if s["process"] not in procs:
+            procs.append(s["process"])
+    procs.sort(key=lambda p: (p != "writer", p))
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    t.add_column("#", justify="right", no_wrap=True)
+    for p in procs:
+        t.add_column(p, overflow="fold", min_width=14)
+    t.add_column("ring (id@addr:reads/promised)", overflow="fold")
+    for s in v.steps:
+        if s["kind"] == "start":
+            cell = f"{s['action']} {_short_args(s['args'])}".strip()
+        else:
+            cell = "…"
+        cell += f" ▸ {s['yield_point']}" if s["yield_point"] else f" ⇒ {s['observed']}"
+        row = ["" for _ in procs]
+        row[procs.index(s["process"])] = cell
+        bad = bool(s["violations"])
+        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", style="bold red" if bad else None)
+    return t
+
+
 def violation_panel(n: int, v: Violation) -> Panel:
+    mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
     head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}\n",
-                         (v.message, "red"), f"\ncampaign {v.campaign}, round {v.round}, {len(v.steps)} steps after shrinking")
-    return Panel(Group(head, steps_table(v)), title=f"V{n}", border_style="red")
+                         (v.message, "red"),
+                         f"\ncampaign {v.campaign}{mode}, round {v.round}, {len(v.steps)} steps after shrinking")
+    table = lanes_table(v) if v.concurrency == "controlled" else steps_table(v)
+    return Panel(Group(head, table), title=f"V{n}", border_style="red")
 
 
 def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:
@@ -163,7 +193,8 @@ def default_report_dir(target: str, root: Path = Path("reports")) -> Path:
 
 def repro_source(result: GateResult, target_source: str | None) -> str:
     cases = [
-        {"id": f"V{i}", "property": v.property, "message": v.message, "config": v.config, "calls": v.calls()}
+        {"id": f"V{i}", "property": v.property, "message": v.message, "config": v.config,
+         "concurrency": v.concurrency, "calls": v.calls()}
         for i, v in enumerate(result.violations, 1)
     ]
     target = result.target
@@ -171,8 +202,9 @@ def repro_source(result: GateResult, target_source: str | None) -> str:
 
 Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
 Run:    .venv/bin/python -m pytest repro_test.py   (any Python with shmspec installed)
-Each test replays one violation's steps against the same target, on the model
-and the target in lockstep, and fails while any property is still violated.
+Each test replays one violation's steps against the same target (lockstep
+calls on the model and the target, or the exact schedule of writer and reader
+processes) and fails while any property is still violated.
 """
 
 import json
@@ -180,6 +212,7 @@ import json
 import pytest
 
 from shmspec.conformance.replay import replay
+from shmspec.conformance.schedule import replay_schedule
 
 TARGET = {target!r}
 CASES = json.loads(r"""
@@ -189,7 +222,10 @@ CASES = json.loads(r"""
 
 @pytest.mark.parametrize("case", CASES, ids=[c["id"] + "-" + c["property"] for c in CASES])
 def test_counterexample_no_longer_violates(case):
-    found = replay(TARGET, case["calls"], case["config"])
+    if case.get("concurrency") == "controlled":
+        found = replay_schedule(TARGET, case["calls"], case["config"])
+    else:
+        found = replay(TARGET, case["calls"], case["config"])
     assert found is None, f"{{case['property']}} still violated: {{found}}"
 '''
 

@@ -139,14 +139,47 @@ class SingleWriterShmObjectStorage:
     ``abs_end``; ``abs_start`` before any reuse) and of the reader's loads
     (copy before re-check).  The lock adds full barriers around step g.
 
-    Faults (tested in ``tests/test_faults.py``): a reader killed while holding
-    the lock leaves it held; other readers' ``get`` and the writer's reclaims
-    then raise :class:`LockTimeout` after :data:`LOCK_TIMEOUT` seconds instead
-    of blocking for ever, and only a new store (with a new lock) recovers.  A
-    reader killed outside the lock never counts its pending reads, so with
-    read-counting the chunks it had not read pin the FIFO head: puts end in
-    ``MemoryError`` until the writer calls :meth:`clear`, which reclaims
-    everything regardless of counts.
+    Faults (measured with real processes, SIGKILL at named yield points, in
+    ``tests/test_faults.py``):
+
+    * A reader killed while it holds ``reader_lock`` (step g) leaves the lock
+      held for ever.  From then on every reader ``get`` (of any handle), and
+      the writer's :meth:`free_unused`, :meth:`clear` and any :meth:`put` that
+      must reclaim, raise :class:`LockTimeout` (kind ``"LockTimeout"``, a
+      ``RuntimeError``) after :data:`LOCK_TIMEOUT` seconds instead of
+      blocking for ever; nothing is returned or deserialized and the failed
+      writer operation changes nothing.  A put that fits without reclaiming
+      still succeeds (it takes no lock).  A restarted reader, or a new store
+      on the same lock, does not recover; a new store with a new lock does.
+      (A writer built without the lock, as vLLM builds it, never waits for it.)
+    * A reader killed outside the lock (mid-``get`` before or after step g,
+      or between operations) holds nothing, but never counts its pending
+      reads (a ``get`` killed after step g has counted): the oldest chunk it
+      had not read keeps ``reader_count < writer_flag *
+      n_readers`` and pins the FIFO head, so once the ring is full every
+      :meth:`put` raises :class:`OutOfSpace` (``MemoryError``) and
+      :meth:`free_unused` frees nothing.  Other readers keep getting the
+      right objects.  :meth:`clear` reclaims everything regardless of counts
+      (handles issued before it become stale) and puts succeed again.
+    * A writer killed outside the lock (idle, or mid-:meth:`put` before or
+      after writing the header or payload) never published the chunk it was
+      writing (``abs_end`` is stored only after all its bytes): a reader
+      presenting that chunk's ``(address, id)``, even signed with the
+      segment's own secret, gets :class:`StaleHandle`.  Handles issued before
+      the kill keep returning their own objects; never another one.  A writer
+      killed while it holds the lock (inside a reclaim or :meth:`clear`)
+      leaves it held, as a reader would: reads then raise
+      :class:`LockTimeout` until a new lock is used.
+    * A restarted writer creates a new segment with a new secret; readers
+      rebuild from its handle.  A handle from the old store presented to the
+      new one raises :class:`BadSignature` before any byte is read, even
+      where the new store holds a chunk at the same ``(address, id, key)``.
+    * The dead writer does not unlink its segment.  If it registered the
+      segment with a ``multiprocessing`` resource tracker of its own (a
+      top-level writer process, as vLLM's), that tracker unlinks it once the
+      writer is dead, with a "leaked shared_memory" warning; if the tracker
+      is shared with a live parent (the harness's ``ProcessPool``), the
+      segment stays until the parent removes it (``ProcessPool.shutdown``).
     """
 
     def __init__(

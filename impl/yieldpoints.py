@@ -35,3 +35,5 @@ HOOK: Callable[[str], None] | None = None
 
 READ_POINTS = ("reader_check", "payload_read", "counter_increment", "deserialize")
 WRITE_POINTS = ("header_write", "payload_write", "publish", "free_step", "clear")
+# The names are the model's atomic steps (shmspec.model.steps); tests/test_steps.py
+# checks that these tuples, the call sites in impl/ and the model agree.

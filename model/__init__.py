@@ -7,7 +7,8 @@ Pure Python, no I/O, imports nothing else of shmspec.  Public surface:
 * :mod:`.ring` -- allocation / FIFO-free arithmetic;
 * :mod:`.profile` -- version profiles;
 * :mod:`.errors` -- the shared error taxonomy;
-* :mod:`.properties` -- the properties of SEMANTICS.md by id.
+* :mod:`.properties` -- the properties of SEMANTICS.md by id;
+* :mod:`.steps` -- the atomic steps operations are made of (yield points).
 """
 
 from .errors import ALL_ERRORS, ERROR_KINDS, StoreError

@@ -58,7 +58,7 @@ AIMED = {
 def _gate(target, record_property, label, prop=None):
     t0 = time.monotonic()
     campaigns = CAMPAIGNS if prop is None else tuple(c for c in CAMPAIGNS if c.name == AIMED[prop])
-    result = run_gate(target, "ci", campaigns=campaigns)
+    result = run_gate(target, "ci", campaigns=campaigns, concurrency="off")
     seconds = time.monotonic() - t0
     record_property("gate_seconds", round(seconds, 2))
     print(f"\n[gate] {label}: verdict={result.verdict} {seconds:.1f}s "

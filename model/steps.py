@@ -1,0 +1,37 @@
+"""The store's atomic steps: one vocabulary for the model, impl's yield points,
+the harness's scheduler and the TLA+ spec.
+
+An operation of the store (``put``, ``get``, ``clear``, ... in
+:mod:`.store`) is a sequence of these steps; another process may run between
+any two of them.  impl/ pauses just *before* each step it names
+(``shmspec.impl.yieldpoints``); the harness adds the lock and serde steps for
+targets it cannot edit.  ``tests/test_steps.py`` keeps the sets equal.
+"""
+
+from __future__ import annotations
+
+READ_STEPS: dict[str, str] = {
+    "reader_check": "a reader compares the handle with the published live window (abs_start, abs_end)",
+    "payload_read": "a reader copies the chunk's payload bytes out of shared memory",
+    "counter_increment": "a reader adds one to the chunk's reader_count, under the reader lock",
+    "deserialize": "a reader turns payload bytes into an object",
+}
+"""Steps of a reader's ``get`` (``touch`` stops after its checks)."""
+
+WRITE_STEPS: dict[str, str] = {
+    "header_write": "the writer writes a new chunk's [id][chunk_size] header",
+    "payload_write": "the writer writes [reader_count=0][metadata][data]",
+    "publish": "the writer makes the new chunk visible to readers (abs_end)",
+    "free_step": "the writer reclaims the oldest chunk (abs_start advances)",
+    "clear": "the writer drops every chunk at once (abs_start = abs_end)",
+}
+"""Steps of the writer's ``put``, ``free_unused`` and ``clear``."""
+
+LOCK_STEPS: dict[str, str] = {
+    "lock_acquire": "a process takes the reader lock (it may block here)",
+    "lock_release": "a process gives the reader lock back",
+}
+"""Steps of the process-shared reader lock (any target, through a wrapper)."""
+
+ATOMIC_STEPS: dict[str, str] = {**READ_STEPS, **WRITE_STEPS, **LOCK_STEPS}
+"""Every step name, with what it does."""
