@@ -70,7 +70,7 @@ class GateProfile:
 
 GATE_PROFILES: dict[str, GateProfile] = {
     "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=15,
-                      scheduled_examples=60, scheduled_steps=40, free_seconds=5.0),
+                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
                        scheduled_examples=200, scheduled_steps=60, free_seconds=20.0),
     "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,
