@@ -7,7 +7,9 @@ Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
   1  at least one violation (verdict "fail");
   2  usage or infrastructure error (unknown target, missing file, a file
-     without the store classes, no registry reachable, a campaign that crashed).
+     without the store classes, no registry reachable, a campaign that crashed);
+  3  no violation, but a check ran out of its budget (verdict "unknown": the
+     free-running linearizability search), so nothing may be called "pass".
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import shmspec
 
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR = 0, 1, 2
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
 
 
 class _Parser(argparse.ArgumentParser):
@@ -96,6 +98,8 @@ def check(args: argparse.Namespace) -> int:
         return EXIT_FAIL
     if result.verdict == "error":
         return EXIT_ERROR
+    if result.verdict == "unknown":
+        return EXIT_UNKNOWN
     return EXIT_PASS
 
 

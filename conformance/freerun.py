@@ -54,7 +54,12 @@ ID_MAX = 2**31
 
 
 class FreeRunError(ScheduleError):
-    """A process did not start, finish or report in time, or died."""
+    """A process did not start, finish or report in time, or died.
+
+    ``segment``: the run's segment name ("" if none was created); the harness
+    has unlinked it by the time the error propagates."""
+
+    segment: str = ""
 
 
 @dataclass(frozen=True)
@@ -63,6 +68,11 @@ class FreeLoad:
 
     ``reread_window``: a re-read picks uniformly among the reader's last
     ``reread_window`` handles (older than the one just read).
+    ``reread_delay``: seconds the harness serde waits, during a re-read, before
+    it reads the bytes the store hands it: a slow deserializer (real ones take
+    milliseconds for large tensors).  It widens the window in which a store
+    that deserializes shared memory sees the writer reuse it; a store that
+    hands over a private copy is unaffected.
     ``out_of_space_pause``: seconds the writer sleeps after an ``OutOfSpace``
     put before it retries (lets lagging readers catch up).
     """
@@ -71,6 +81,7 @@ class FreeLoad:
     p_clear: float = 0.002
     p_reread: float = 0.1
     reread_window: int = 64
+    reread_delay: float = 0.0001
     out_of_space_pause: float = 0.0002
 
 
@@ -105,12 +116,16 @@ def value_of(obj: Any) -> Any:
 
 
 _DESERIALIZED: list[Any] = []
+_SERDE_DELAY = [0.0]
 
 
 class RecordingSerde(HarnessSerde):
-    """The harness serde; notes every object it deserializes (per process)."""
+    """The harness serde; notes every object it deserializes (per process),
+    after waiting ``_SERDE_DELAY[0]`` seconds (see ``FreeLoad.reread_delay``)."""
 
     def deserialize(self, data: memoryview) -> Any:
+        if _SERDE_DELAY[0]:
+            time.sleep(_SERDE_DELAY[0])
         obj = super().deserialize(data)
         _DESERIALIZED.append(value_of(obj))
         return obj
@@ -169,7 +184,8 @@ def _live(writer: Any) -> set[tuple[int, int]]:
 
 
 def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_readers: int, lock: Any,
-                 queues: list[Any], seconds: float, seed: int, load: FreeLoad) -> None:
+                 queues: list[Any], seconds: float, seed: int, load: FreeLoad, patience: float) -> None:
+    """The writer process.  ``patience``: seconds it waits for each controller message."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     a = StoreAdapter(target, config.data_buffer_size, config.max_object_size, n_readers, lock=lock)
     try:
@@ -179,14 +195,14 @@ def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_reade
         fields = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)
                   if f.name not in ("serde_class", "reader_lock")}
         conn.send(("ready", fields, a.segment))
-        if not conn.poll(FINISH_TIMEOUT) or conn.recv()[0] != "go":
+        if not conn.poll(patience * (len(queues) + 1)) or conn.recv()[0] != "go":
             return
         ops = _write_load(a, queues, seconds, seed, load)
         for q in queues:
             q.put(None)  # end of handles
         conn.send(("history", ops))
-        if conn.poll(FINISH_TIMEOUT + 30):
-            conn.recv()  # "close": every reader is done
+        if conn.poll(patience * (len(queues) + 1)):
+            conn.recv()  # "close": every reader is done (or the controller gave up)
     except Exception as exc:  # noqa: BLE001 - reported to the controller
         conn.send(("error", f"the writer: {type(exc).__name__}: {exc}"))
     finally:
@@ -247,11 +263,13 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
 
 # ----------------------------------------------------------------- a reader
 def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles: Any,
-                 seconds: float, seed: int, load: FreeLoad) -> None:
+                 seconds: float, seed: int, load: FreeLoad, patience: float) -> None:
+    """A reader process.  ``patience``: seconds it waits for the controller
+    and, past ``seconds``, for the next handle."""
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     a: StoreAdapter | None = None
     try:
-        if not conn.poll(FINISH_TIMEOUT):
+        if not conn.poll(patience * 2):
             return
         _, fields, B, M, n = conn.recv()
         a = StoreAdapter(target, B, M, n, lock=lock)
@@ -259,7 +277,7 @@ def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles:
         handle = handle_cls(**fields, serde_class=RecordingSerde, reader_lock=lock)
         a.readers[name] = target.storage_cls.create_from_handle(handle)
         conn.send(("attached",))
-        ops = _read_load(a, name, handles, seconds, seed, load)
+        ops = _read_load(a, name, handles, seconds + patience, seed, load)
         conn.send(("history", ops))
     except Exception as exc:  # noqa: BLE001 - reported to the controller
         conn.send(("error", f"reader {name}: {type(exc).__name__}: {exc}"))
@@ -273,10 +291,11 @@ def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles:
                     pass
 
 
-def _read_load(a: StoreAdapter, name: str, handles: Any, seconds: float, seed: int,
+def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
                load: FreeLoad) -> list[tuple]:
-    """The reader's loop until the writer's end marker.  Records ``(ref, mode,
-    value, error, invoke_ns, return_ns, deserialized values)`` per get."""
+    """The reader's loop until the writer's end marker (``wait``: seconds to
+    wait for a handle).  Records ``(ref, mode, value, error, invoke_ns,
+    return_ns, deserialized values)`` per get."""
     rng = random.Random(seed)
     recent: deque = deque(maxlen=load.reread_window + 1)
     ops: list[tuple] = []
@@ -284,6 +303,7 @@ def _read_load(a: StoreAdapter, name: str, handles: Any, seconds: float, seed: i
     def get(h: tuple, mode: str) -> None:
         ref, address, id_, sig, key, _ = h
         _DESERIALIZED.clear()
+        _SERDE_DELAY[0] = load.reread_delay if mode == "reread" else 0.0
         t0 = time.monotonic_ns()
         obs = a.reader_get(name, address, id_, sig, key)
         t1 = time.monotonic_ns()
@@ -292,9 +312,9 @@ def _read_load(a: StoreAdapter, name: str, handles: Any, seconds: float, seed: i
 
     while True:
         try:
-            h = handles.get(timeout=seconds + FINISH_TIMEOUT)
+            h = handles.get(timeout=wait)
         except queue.Empty:
-            raise FreeRunError(f"reader {name} received no handle within {seconds + FINISH_TIMEOUT:g} s") from None
+            raise FreeRunError(f"reader {name} received no handle within {wait:g} s") from None
         if h is None:
             return ops
         get(h, "once")
@@ -356,11 +376,14 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
     ``max_nodes`` / ``check_seconds``: the history check's budget.
 
     Raises:
+        ValueError: ``n_readers < 1`` or objects too small for a payload tag.
         FreeRunError: a process did not start or finish within
             ``finish_timeout`` seconds past its load, or died, or failed.
     """
     if n_readers < 1:
         raise ValueError("n_readers must be at least 1")
+    if config.max_object_size - object_nbytes(b"") < 8:
+        raise ValueError(f"max_object_size {config.max_object_size} leaves no room for an 8-byte payload tag")
     readers = tuple(f"r{i + 1}" for i in range(n_readers))
     ctx = multiprocess.get_context("fork")
     lock = ctx.Lock()
@@ -379,9 +402,10 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
 
     try:
         spawn("writer", _writer_main, target, config, n_readers, lock, list(queues.values()),
-              seconds, seed, load)
+              seconds, seed, load, finish_timeout)
         for i, r in enumerate(readers):
-            spawn(r, _reader_main, r, target, lock, queues[r], seconds, seed * 1000 + i + 1, load)
+            spawn(r, _reader_main, r, target, lock, queues[r], seconds, seed * 1000 + i + 1, load,
+                  finish_timeout)
         _, fields, segment = _recv(procs["writer"], conns["writer"], "the writer", "create the store",
                                    finish_timeout)
         for r in readers:
@@ -397,6 +421,9 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
         conns["writer"].send(("close",))
         _, gone = _recv(procs["writer"], conns["writer"], "the writer", "close the store", finish_timeout)
         leak = "pass" if gone and not segment_exists(segment) else "fail"
+    except FreeRunError as exc:
+        exc.segment = segment
+        raise
     finally:
         _stop(procs, conns, queues, segment)
     history = _history(writer_ops, reader_ops)
@@ -410,8 +437,14 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
 
 
 def _stop(procs: dict[str, Any], conns: dict[str, Any], queues: dict[str, Any], segment: str) -> None:
-    """Join every process (SIGKILL past a short grace), close pipes and
-    queues, unlink the segment if it is still there."""
+    """Ask the writer to close its store (harmless if it already did), join
+    every process (SIGKILL past a short grace), close pipes and queues, and
+    unlink the segment if it is still there."""
+    if "writer" in procs and procs["writer"].is_alive():
+        try:
+            conns["writer"].send(("close",))
+        except (BrokenPipeError, OSError):
+            pass
     deadline = time.monotonic() + 2.0
     for p in procs.values():
         p.join(max(0.0, deadline - time.monotonic()))

@@ -36,6 +36,8 @@ from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS
 
 from .loader import LoadedTarget
 from .machine import CAMPAIGNS, Campaign, machine_for
+from .freerun import free_config, run_free
+from .history import LIN_PROPERTIES
 from .procs import ProcessPool, ScheduleError
 from .schedule import CHECKS as SCHEDULED_CHECKS
 from .schedule import scheduled_machine
@@ -46,6 +48,7 @@ ALL_PROPERTIES: tuple[str, ...] = PROPERTY_IDS + ("CONFORMANCE",)
 CONCURRENCY_MODES = ("controlled", "free", "off")
 CONCURRENT_CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled"),
+    Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"),
 )
 
 
@@ -97,6 +100,8 @@ class Violation:
         if self.concurrency == "controlled":
             return [{"process": s["process"], "kind": s["kind"], "action": s["action"], "args": s["args"]}
                     for s in self.steps]
+        if self.concurrency == "free":
+            return []  # a free run is re-run (same seed, load and geometry: config), not replayed
         return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
 
     def to_json(self) -> dict[str, Any]:
@@ -123,6 +128,10 @@ class CampaignResult:
     skipped: str | None = None
     violations: list[Violation] = field(default_factory=list)
     error: str | None = None
+    unknown: str | None = None
+    """Why a check ran out of budget (its properties are then "unknown", never "pass")."""
+    rates: dict[str, Any] = field(default_factory=dict)
+    """Throughput measured by the campaign (free-running: ops per second)."""
 
 
 @dataclass
@@ -141,7 +150,8 @@ class GateResult:
     @property
     def properties(self) -> dict[str, str]:
         """Verdict per property: fail if any violation; pass if a campaign that
-        checks it ran to the end; otherwise not-checked."""
+        checks it ran to the end; unknown if the only campaigns that check it
+        ran out of budget; otherwise not-checked."""
         out = {}
         failed = {v.property for v in self.violations}
         for pid in ALL_PROPERTIES:
@@ -149,6 +159,8 @@ class GateResult:
                 out[pid] = "fail"
             elif any(c.completed and pid in c.checks for c in self.campaigns):
                 out[pid] = "pass"
+            elif any(c.unknown and pid in c.checks for c in self.campaigns):
+                out[pid] = "unknown"
             else:
                 out[pid] = "not-checked"
         return out
@@ -159,6 +171,8 @@ class GateResult:
             return "fail"
         if any(c.error for c in self.campaigns):
             return "error"
+        if any(c.unknown for c in self.campaigns):
+            return "unknown"
         return "pass"
 
     def property_counts(self) -> dict[str, tuple[int, int, float]]:
@@ -214,7 +228,8 @@ def run_gate(
             results.append(res)
             # A finding is not hunted again by later campaigns: they start with it excused.
             for v in res.violations:
-                config = _excuse(config, v.exc)
+                if v.exc is not None:
+                    config = _excuse(config, v.exc)
     finally:
         if saved_budget is not None:
             _engine.MAX_SHRINKING_SECONDS = saved_budget
@@ -225,6 +240,8 @@ def run_gate(
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig) -> CampaignResult:
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
+    if campaign.mode == "free":
+        return _run_free(target, gp, seed, base, res)
     if campaign.mode == "controlled":
         # Races are findings of their own: only CONFORMANCE excusals carry over.
         base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
@@ -287,6 +304,64 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             break
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionConfig,
+              res: CampaignResult) -> CampaignResult:
+    """The free-running campaign: one load of ``gp.free_seconds``, its history
+    checked per handle; the first finding of each property becomes a violation
+    whose steps are that handle's sub-history."""
+    t0 = time.monotonic()
+    n = len(base.readers)
+    config = free_config(n_readers=n)
+    try:
+        fr = run_free(target, config, gp.free_seconds, n, seed)
+    except ScheduleError as exc:
+        res.error = f"{type(exc).__name__}: {exc}"
+        res.seconds = time.monotonic() - t0
+        return res
+    res.examples, res.steps = 1, fr.ops
+    res.rates = {"ops": fr.ops, "ops_per_second": round(fr.ops_per_second, 1), "puts": fr.puts,
+                 "out_of_space": fr.out_of_space, "partitions": fr.check.partitions, "search_nodes": fr.check.nodes,
+                 "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()}}
+    cfg = {**_config_json(config), "free_seconds": gp.free_seconds, "seed": seed}
+    excused = {e for e in base.excused if e.startswith("CONFORMANCE@")}
+    for prop, findings in fr.check.by_property().items():
+        if prop in excused:
+            continue
+        f = findings[0]
+        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
+        res.violations.append(Violation(prop, f.message + more, "free-running", 0, history_steps(f.ops, prop, f.message),
+                                        cfg, concurrency="free"))
+    if fr.leak == "fail":
+        res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", "free-running",
+                                        0, [], cfg, concurrency="free"))
+    if fr.check.verdict == "unknown":
+        res.unknown = (f"{len(fr.check.unknown)} of {fr.check.partitions} handle histories ran out of the "
+                       f"linearizability search budget")
+    else:
+        res.completed = True
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def history_steps(ops: list, prop: str, message: str) -> list[dict[str, Any]]:
+    """A finding's sub-history as report steps (times in µs from its first invoke)."""
+    base = min((o.invoke_ns for o in ops), default=0)
+    steps = []
+    for i, o in enumerate(ops):
+        observed = o.error if o.error is not None else repr(o.result)
+        steps.append({
+            "index": i, "process": o.process, "action": o.action,
+            "args": {k: (v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in o.args.items()},
+            "invoke_us": round((o.invoke_ns - base) / 1000, 1), "return_us": round((o.return_ns - base) / 1000, 1),
+            "observed": observed, "freed": sorted(o.freed),
+            "deserialized": [repr(d) for d in o.deserialized],
+            "violations": [],
+        })
+    if steps:
+        steps[-1]["violations"] = [{"property": prop, "message": message}]
+    return steps
 
 
 def _count(machine: type, counters: dict[str, int]) -> None:

@@ -60,7 +60,7 @@ UNBORN, LIVE, DEAD = 0, 1, 2
 _STATE_NAMES = ("unborn", "live", "dead")
 
 
-@dataclass
+@dataclass(slots=True)
 class Op:
     """One completed operation of a history.
 
@@ -149,7 +149,10 @@ class HistoryResult:
 
 
 @dataclass
-class _Partition:
+class Partition:
+    """The operations of one handle: the put that issued it (None if no put
+    did), the writer ops that freed it, the gets that presented it."""
+
     ref: str
     put: Op | None = None
     frees: list[Op] = field(default_factory=list)
@@ -165,14 +168,14 @@ class _Partition:
         return sorted(ops, key=lambda o: (o.invoke_ns, o.return_ns))
 
 
-def partition(history: Sequence[Op]) -> dict[str, _Partition]:
+def partition(history: Sequence[Op]) -> dict[str, Partition]:
     """Group a history per handle ref: the put that issued it, the writer ops
     that freed it, the gets that presented it."""
-    parts: dict[str, _Partition] = {}
+    parts: dict[str, Partition] = {}
 
-    def part(ref: str) -> _Partition:
+    def part(ref: str) -> Partition:
         if ref not in parts:
-            parts[ref] = _Partition(ref)
+            parts[ref] = Partition(ref)
         return parts[ref]
 
     for op in history:
@@ -187,7 +190,7 @@ def partition(history: Sequence[Op]) -> dict[str, _Partition]:
 
 
 # ------------------------------------------------------------------ the search
-def _apply(op: Op, state: int, part: _Partition, lenient: bool) -> int | None:
+def _apply(op: Op, state: int, part: Partition, lenient: bool) -> int | None:
     """The model's step for one op on one handle: the new state, or None when
     the op's recorded outcome is impossible in ``state``."""
     if op.action == "get":
@@ -202,7 +205,7 @@ def _apply(op: Op, state: int, part: _Partition, lenient: bool) -> int | None:
     return DEAD if state == LIVE else None  # a writer op that freed the handle
 
 
-def linearizable(ops: Sequence[Op], part: _Partition, lenient: bool, max_nodes: int,
+def linearizable(ops: Sequence[Op], part: Partition, lenient: bool, max_nodes: int,
                  deadline: float | None = None) -> tuple[bool | None, int]:
     """WGL search over one partition's ``ops``.
 
@@ -237,7 +240,7 @@ def linearizable(ops: Sequence[Op], part: _Partition, lenient: bool, max_nodes: 
 
 
 # ------------------------------------------------------------------ the checks
-def _value_findings(part: _Partition) -> tuple[list[Finding], set[int]]:
+def _value_findings(part: Partition) -> tuple[list[Finding], set[int]]:
     """NRR and unexpected errors: decided by one get alone, no search needed."""
     out: list[Finding] = []
     blamed: set[int] = set()
@@ -258,18 +261,17 @@ def _value_findings(part: _Partition) -> tuple[list[Finding], set[int]]:
     return out, blamed
 
 
-def _order_findings(part: _Partition, gets: list[Op], lenient: bool, max_nodes: int) -> list[Finding]:
+def _order_findings(part: Partition, gets: list[Op], lenient: bool, max_nodes: int) -> list[Finding]:
     """Blame for a partition with no linearization: each get that cannot be
     placed even alone, else the partition as a whole."""
-    writer_ops = part.ops()
-    writer_ops = [o for o in writer_ops if o.action != "get"]
+    writer_ops = [o for o in part.ops() if o.action != "get"]
     out = []
     for g in gets:
         alone, _ = linearizable(sorted(writer_ops + [g], key=lambda o: o.invoke_ns), part, lenient, max_nodes)
         if alone is False:
             if g.ok:
-                why = (f"returned the object put under it, but the handle was freed before the get "
-                       f"was invoked (profile not lenient_stale)")
+                why = ("returned the object put under it, but the handle was freed before the get "
+                       "was invoked (profile not lenient_stale)")
             else:
                 why = "raised StaleHandle although the handle was live throughout the get"
             out.append(Finding("CONFORMANCE", f"{g.process} get({part.ref}) {why}", part.ref, part.ops()))
@@ -279,7 +281,7 @@ def _order_findings(part: _Partition, gets: list[Op], lenient: bool, max_nodes: 
     return out
 
 
-def _clr_findings(part: _Partition, clears: list[Op]) -> list[Finding]:
+def _clr_findings(part: Partition, clears: list[Op]) -> list[Finding]:
     if part.put is None:
         return []
     out = []
@@ -295,7 +297,7 @@ def _clr_findings(part: _Partition, clears: list[Op]) -> list[Finding]:
     return out
 
 
-def _rc_findings(part: _Partition, clears: list[Op]) -> tuple[list[Finding], bool]:
+def _rc_findings(part: Partition, clears: list[Op]) -> tuple[list[Finding], bool]:
     """RC under the read-once protocol.  Returns (findings, judged)."""
     if part.put is None:
         return [], True
@@ -374,5 +376,5 @@ def render(finding: Finding) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["Finding", "HistoryResult", "LIN_PROPERTIES", "Op", "check_history", "linearizable",
+__all__ = ["Finding", "HistoryResult", "LIN_PROPERTIES", "Op", "Partition", "check_history", "linearizable",
            "partition", "render"]

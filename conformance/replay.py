@@ -39,3 +39,27 @@ def replay(target_spec: str, calls: list[dict[str, Any]], config: dict[str, Any]
             except PropertyViolation:
                 pass
     return None
+
+
+def replay_free(target_spec: str, config: dict[str, Any], prop: str) -> str | None:
+    """Re-run a free-running load (``config``: geometry, ``n_readers``,
+    ``free_seconds``, ``seed`` as a report records them) and check its history.
+    Returns ``"PROP: message"`` when ``prop`` is violated again, else None.
+    The operating system's interleaving is not replayed: a timing-dependent
+    finding may need a few re-runs (or ``--concurrency controlled``) to recur.
+
+    Raises:
+        TargetError: the target cannot be loaded.
+        FreeRunError: a process did not finish.
+    """
+    from .freerun import free_config, run_free
+
+    target = load_target(target_spec)
+    n = config["n_readers"]
+    cfg = free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
+                      max_object_size=config["max_object_size"])
+    fr = run_free(target, cfg, config["free_seconds"], n, config["seed"])
+    findings = fr.check.by_property().get(prop, [])
+    if prop == "LEAK" and fr.leak == "fail":
+        return "LEAK: the segment was still there after the writer closed"
+    return f"{prop}: {findings[0].message}" if findings else None

@@ -26,7 +26,8 @@ from .gate import ALL_PROPERTIES, GateResult, Violation
 from shmspec.model.properties import DESCRIPTIONS
 
 SCHEMA = "shmspec.report/1"
-VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta"}
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
+                 "unknown": "bold yellow"}
 
 
 def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
@@ -57,6 +58,9 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
                 "completed": c.completed,
                 "skipped": c.skipped,
                 "error": c.error,
+                "mode": c.mode,
+                "unknown": c.unknown,
+                "rates": c.rates,
                 "violations": [f"V{result.violations.index(v) + 1}" for v in c.violations],
             }
             for c in result.campaigns
@@ -128,12 +132,35 @@ def lanes_table(v: Violation) -> Table:
     return t
 
 
+def history_table(v: Violation) -> Table:
+    """A free-running finding: one lane per process, one row per operation of
+    the handle's sub-history, with invoke and return times (µs)."""
+    procs = sorted({s["process"] for s in v.steps}, key=lambda p: (p != "writer", p))
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    t.add_column("invoke→return µs", justify="right", no_wrap=True)
+    for p in procs:
+        t.add_column(p, overflow="fold", min_width=14)
+    for s in v.steps:
+        cell = f"{s['action']} {_short_args(s['args'])} ⇒ {s['observed']}"
+        if s.get("freed"):
+            cell += f" freed {','.join(s['freed'])}"
+        bad_des = [d for d in s.get("deserialized", []) if d != s["observed"]]
+        if bad_des:
+            cell += f" (deserialized {', '.join(bad_des)})"
+        row = ["" for _ in procs]
+        row[procs.index(s["process"])] = cell
+        t.add_row(f"{s['invoke_us']}→{s['return_us']}", *row, style="bold red" if s["violations"] else None)
+    return t
+
+
 def violation_panel(n: int, v: Violation) -> Panel:
     mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
     head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}\n",
                          (v.message, "red"),
-                         f"\ncampaign {v.campaign}{mode}, round {v.round}, {len(v.steps)} steps after shrinking")
-    table = lanes_table(v) if v.concurrency == "controlled" else steps_table(v)
+                         f"\ncampaign {v.campaign}{mode}, round {v.round}, "
+                         + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
+                            else f"{len(v.steps)} steps after shrinking"))
+    table = {"controlled": lanes_table, "free": history_table}.get(v.concurrency, steps_table)(v)
     return Panel(Group(head, table), title=f"V{n}", border_style="red")
 
 
@@ -153,6 +180,11 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
     for c in result.campaigns:
         if c.error:
             console.print(f"[magenta]campaign {c.name} errored: {c.error}[/]")
+        if c.unknown:
+            console.print(f"[yellow]campaign {c.name}: unknown: {c.unknown}[/]")
+        if c.rates.get("ops_per_second"):
+            console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
+                          f"{c.rates['partitions']} handle histories checked")
     for i, v in enumerate(result.violations, 1):
         console.print(violation_panel(i, v))
     style = VERDICT_STYLE[result.verdict]
@@ -211,7 +243,7 @@ import json
 
 import pytest
 
-from shmspec.conformance.replay import replay
+from shmspec.conformance.replay import replay, replay_free
 from shmspec.conformance.schedule import replay_schedule
 
 TARGET = {target!r}
@@ -224,6 +256,8 @@ CASES = json.loads(r"""
 def test_counterexample_no_longer_violates(case):
     if case.get("concurrency") == "controlled":
         found = replay_schedule(TARGET, case["calls"], case["config"])
+    elif case.get("concurrency") == "free":  # re-runs the same load; the OS interleaving is not replayed
+        found = replay_free(TARGET, case["config"], case["property"])
     else:
         found = replay(TARGET, case["calls"], case["config"])
     assert found is None, f"{{case['property']}} still violated: {{found}}"

@@ -31,6 +31,7 @@ from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
 from shmspec.model.properties import disj, fifo
+from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
 from .adapter import Snapshot
 from .loader import LoadedTarget
@@ -39,6 +40,7 @@ from .serde import Blob, object_nbytes
 from .session import SEVERITY, PropertyViolation, SessionConfig
 
 KEYS = tuple(f"k{i}" for i in range(6))
+_READ_POINTS = tuple(READ_STEPS) + tuple(LOCK_STEPS)
 CHECKS = frozenset({"NRR", "CLR", "RC", "FIFO", "DISJ", "LEAK"})
 """What a completed controlled campaign establishes."""
 
@@ -113,6 +115,7 @@ class ScheduledSession:
         self.clear_running = False
         self.gets_started: dict[tuple[int, int], int] = {}
         self.seen_deserialized: dict[str, int] = {}
+        self.started_by: dict[str, set[str]] = {}
         self.current: dict[str, tuple[str, dict]] = {}
         """process -> (action, symbolic args) of the operation in flight."""
         self.get_epoch: dict[str, int] = {}
@@ -134,6 +137,11 @@ class ScheduledSession:
 
     def runnable(self) -> list[str]:
         return self.pool.runnable()
+
+    def unread(self, reader: str | None = None) -> list[Ref]:
+        """Handles ``reader`` (any reader: None) has not started a get of."""
+        readers = [reader] if reader else list(self.config.readers)
+        return [r for r in self.refs if any(r.ref not in self.started_by.get(x, set()) for x in readers)]
 
     def ref(self, name: str) -> Ref:
         for r in self.refs:
@@ -166,6 +174,7 @@ class ScheduledSession:
         if action == "get":
             r = self.ref(args["ref"])
             self.gets_started[(r.address, r.id)] = self.gets_started.get((r.address, r.id), 0) + 1
+            self.started_by.setdefault(proc, set()).add(r.ref)
             self.get_epoch[proc] = self.epoch
             real = {"address": r.address, "id": r.id}
             if self.target.profile.signed:
@@ -319,6 +328,7 @@ class _Scheduled(RuleBasedStateMachine):
         super().__init__()
         self.session: ScheduledSession | None = None
         self.puts = 0
+        self.churned = 0
 
     @initialize()
     def open_store(self) -> None:
@@ -339,22 +349,32 @@ class _Scheduled(RuleBasedStateMachine):
             self._run({"process": proc, "kind": "advance"})
 
     @precondition(lambda self: self.session is not None and self.session.writer_idle())
-    @rule(key=st.sampled_from(KEYS), size=st.integers(0, 40), interleave=st.booleans())
-    def put(self, key, size, interleave):
+    @rule(key=st.sampled_from(KEYS), fill=st.sampled_from((0, 100, 50, 25, 75)), interleave=st.booleans())
+    def put(self, key, fill, interleave):
+        """A put of a unique payload; ``fill`` is the percentage of the largest
+        payload the store accepts (large ones fill the ring in a few puts)."""
         self.puts += 1
-        max_data = self.config.max_object_size - object_nbytes(b"")
-        body = self.puts.to_bytes(4, "little") + bytes([self.puts % 251]) * min(size, max_data - 4)
+        room = self.config.max_object_size - object_nbytes(b"") - 4
+        body = self.puts.to_bytes(4, "little") + bytes([self.puts % 251]) * (room * fill // 100)
         self._start("writer", "put", {"key": key, "data": body.hex()}, interleave)
 
-    @precondition(lambda self: self.session is not None and self.session.writer_idle())
-    @rule(interleave=st.booleans())
-    def clear(self, interleave):
-        self._start("writer", "clear", {}, interleave)
+    @precondition(lambda self: self.session is not None and self.session.unread() and self.session.idle_readers())
+    @rule()
+    def consume(self):
+        """Every idle reader reads the oldest handle it has not read yet, to the
+        end (the read-once protocol), so chunks become reclaimable."""
+        s = self.session
+        for reader in s.idle_readers():
+            todo = s.unread(reader)
+            if todo:
+                self._start(reader, "get", {"ref": todo[0].ref}, False)
 
     @precondition(lambda self: self.session is not None and self.session.writer_idle())
-    @rule(interleave=st.booleans())
-    def free_unused(self, interleave):
-        self._start("writer", "free_unused", {}, interleave)
+    @rule(op=st.sampled_from(("free_unused", "clear")), interleave=st.booleans())
+    def reclaim(self, op, interleave):
+        """``free_unused`` or ``clear`` (one rule: a clear undoes everything a
+        schedule set up, so it should not be drawn as often as a put)."""
+        self._start("writer", op, {}, interleave)
 
     @precondition(lambda self: self.session is not None and self.session.refs and self.session.idle_readers())
     @rule(data=st.data(), interleave=st.booleans())
@@ -363,6 +383,51 @@ class _Scheduled(RuleBasedStateMachine):
         reader = data.draw(st.sampled_from(s.idle_readers()), label="reader")
         ref = data.draw(st.sampled_from([r.ref for r in reversed(s.refs)]), label="handle")
         self._start(reader, "get", {"ref": ref}, interleave)
+
+    @precondition(lambda self: self.session is not None and self.session.refs
+                  and self.session.idle_readers() and self.session.writer_idle())
+    @rule(data=st.data(), at=st.sampled_from(_READ_POINTS), op=st.sampled_from(("churn", "put", "clear", "free_unused")),
+          key=st.sampled_from(KEYS), fill=st.sampled_from((100, 50)))
+    def writer_during_read(self, data, at, op, key, fill):
+        """A TOCTOU template, in primitive steps: a reader's get runs until it
+        stops before ``at``; the writer then runs whole operations (``churn``:
+        largest puts until the handle's memory is reused, as a lagging reader
+        meets it); the reader resumes to the end."""
+        s = self.session
+        reader = data.draw(st.sampled_from(s.idle_readers()), label="reader")
+        # a re-read of a live handle this reader already read: the case where
+        # every reader may have counted the chunk, so the writer can reclaim it
+        # mid-read
+        live = {(c.address, c.id) for c in s.snap.chunks} if s.snap is not None else set()
+        reread = [r.ref for r in s.refs if r.ref in s.started_by.get(reader, ()) and (r.address, r.id) in live]
+        pool = reread if reread and data.draw(st.booleans(), label="reread") else [r.ref for r in s.refs]
+        ref = data.draw(st.sampled_from(pool), label="handle")  # oldest first
+        self._run({"process": reader, "kind": "start", "action": "get", "args": {"ref": ref}})
+        while s.pool.procs[reader].point not in (None, at) and reader in s.runnable():
+            self._run({"process": reader, "kind": "advance"})
+        if op == "put":
+            self.put(key, fill, False)
+        elif op == "churn":
+            self._churn(s.ref(ref))
+        else:
+            self._start("writer", op, {}, False)
+        while reader in s.runnable():
+            self._run({"process": reader, "kind": "advance"})
+
+    def _churn(self, r: Ref, max_puts: int = 4) -> None:
+        """Largest puts under fresh keys until ``r``'s chunk is gone and another
+        chunk covers its address, a put fails, or ``max_puts`` were made."""
+        B = self.config.data_buffer_size
+        for _ in range(max_puts):
+            snap = self.session.snap
+            if snap is not None and not any((c.address, c.id) == (r.address, r.id) for c in snap.chunks) and any(
+                    c.address % B <= r.address % B < c.address % B + c.size for c in snap.chunks):
+                return
+            before = len(self.session.refs)
+            self.churned += 1
+            self.put(f"c{self.churned}", 100, False)
+            if len(self.session.refs) == before:
+                return
 
     @precondition(lambda self: self.session is not None and self.session.runnable())
     @rule(data=st.data())

@@ -38,6 +38,7 @@ def test_impl_passes_controlled_campaign():
 
 @pytest.mark.parametrize("variant,prop,needle", [
     ("count_before_validate.py", "RC", "counted on the wrong chunk"),
+    pytest.param("deserialize_in_place.py", "NRR", "deserialized", marks=pytest.mark.slow),
 ])
 def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_path):
     target = load_file(VARIANTS_DIR / variant)
@@ -62,3 +63,28 @@ def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_p
     assert prop in p.stdout
     # the same schedule on the unmodified store finds nothing (the repro would then pass)
     assert replay_schedule("impl", v.calls(), v.config) is None
+
+
+def test_free_running_campaign_impl_passes_and_reports_rates():
+    result = run_gate(load_target("impl"), "ci", campaigns=(), concurrency="free")
+    (c,) = result.campaigns
+    assert c.mode == "free" and c.completed and c.error is None
+    assert result.verdict == "pass", result.violations
+    assert c.rates["ops"] > 1000 and c.rates["ops_per_second"] > 0
+    assert set(c.rates["per_process"]) == {"writer", "r1", "r2"}
+    for pid in ("NRR", "RC", "CLR", "LEAK"):
+        assert result.properties[pid] == "pass"
+    assert multiprocess.active_children() == []
+
+
+def test_free_running_campaign_reports_history_in_lanes(tmp_path):
+    target = load_file(VARIANTS_DIR / "deserialize_in_place.py")
+    result = run_gate(target, "ci", campaigns=(), concurrency="free")
+    (v,) = [v for v in result.violations if v.property == "NRR"]
+    assert v.concurrency == "free" and "deserialized" in v.message
+    assert all({"process", "invoke_us", "return_us", "observed"} <= set(s) for s in v.steps)
+    assert v.steps[-1]["violations"][0]["property"] == "NRR"
+    rep = write_report(result, tmp_path / "report", target_source=str(target.source))
+    case = json.loads((rep / "report.json").read_text())["violations"][0]
+    assert case["config"]["seed"] == result.seed and case["config"]["free_seconds"] > 0
+    assert "invoke→return" in (rep / "report.html").read_text()
