@@ -17,6 +17,7 @@ from typing import Any, Callable
 import multiprocess
 
 from shmspec.model.errors import StoreError
+from shmspec.model.ring import ID_MAX
 
 from .loader import LoadedTarget
 from .serde import HarnessSerde
@@ -219,9 +220,7 @@ class StoreAdapter:
         B = rb.data_buffer_size
         base = getattr(rb, "DATA_OFFSET", 0)
         chunks = []
-        window = (rb.monotonic_id_end - rb.monotonic_id_start) % 2**31
-        live = [(i, a) for i, a in rb.metadata.items() if (i - rb.monotonic_id_start) % 2**31 < window]
-        for id_, address in sorted(live, key=lambda kv: (kv[0] - rb.monotonic_id_start) % 2**31):
+        for id_, address in live_chunks(w):
             p = base + address % B
             size = int.from_bytes(buf[p + 4 : p + 8], "little", signed=True)
             count = int.from_bytes(buf[p + 8 : p + 12], "little", signed=True)
@@ -252,6 +251,16 @@ class StoreAdapter:
         if segment_exists(self.segment):
             gc.collect()  # stores without close() unlink in __del__ (vLLM < 0.15)
         return not segment_exists(self.segment)
+
+
+def live_chunks(writer: Any) -> list[tuple[int, int]]:
+    """The writer's live chunks as ``(id, virtual address)``, oldest first: the
+    ids of its ``metadata`` inside the window ``[id_start, id_end)`` (mod 2**31)."""
+    rb = writer.ring_buffer
+    start = rb.monotonic_id_start
+    window = (rb.monotonic_id_end - start) % ID_MAX
+    live = [(i, a) for i, a in rb.metadata.items() if (i - start) % ID_MAX < window]
+    return sorted(live, key=lambda kv: (kv[0] - start) % ID_MAX)
 
 
 def reader_handle(writer: Any, lock: Any) -> Any:

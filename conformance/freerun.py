@@ -40,7 +40,7 @@ from typing import Any
 
 import multiprocess
 
-from .adapter import StoreAdapter, open_writer, segment_exists
+from .adapter import StoreAdapter, live_chunks, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from .loader import LoadedTarget
 from .procs import ScheduleError
@@ -49,8 +49,6 @@ from .session import SessionConfig
 
 FINISH_TIMEOUT = 5.0
 """Seconds a process may take, past its load, to report (and to start up)."""
-
-ID_MAX = 2**31
 
 
 class FreeRunError(ScheduleError):
@@ -176,11 +174,8 @@ class FreeRunResult:
 
 # ----------------------------------------------------------------- the writer
 def _live(writer: Any) -> set[tuple[int, int]]:
-    """The writer's live chunks ``(address, id)`` (same window as StoreAdapter.snapshot)."""
-    rb = writer.ring_buffer
-    start = rb.monotonic_id_start
-    window = (rb.monotonic_id_end - start) % ID_MAX
-    return {(a, i) for i, a in rb.metadata.items() if (i - start) % ID_MAX < window}
+    """The writer's live chunks as ``(address, id)``."""
+    return {(a, i) for i, a in live_chunks(writer)}
 
 
 def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_readers: int, lock: Any,

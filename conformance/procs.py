@@ -7,9 +7,11 @@ pipes.  Inside a worker every yield point of the target sends
 ``("yield", point)`` to the controller and blocks until the controller answers
 ``go``, so the controller decides which process takes its next atomic step.
 
-Yield points come from three places, so no target's code is edited:
+Yield points come from four places, so no target's code is edited:
 
 * impl/ calls :data:`shmspec.impl.yieldpoints.HOOK` at its own points;
+* a reader view's ``ring_buffer.access_buf`` (vLLM's readers read the chunk
+  header through it) is wrapped to pause at ``reader_check``;
 * :class:`TracedLock` wraps the reader lock: ``lock_acquire`` before it is
   taken, ``lock_release`` before it is given back;
 * :class:`ScheduledSerde` (the harness serde) pauses at ``deserialize`` and
@@ -34,6 +36,7 @@ does not warn about it when the controller exits).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import pickle
@@ -217,7 +220,9 @@ class _Worker:
         a = StoreAdapter(self.target, data_buffer_size, max_object_size, n_readers, lock=self.lock)
         handle_cls = getattr(self.target.module, "ShmObjectStorageHandle")
         handle = handle_cls(**fields, serde_class=ScheduledSerde, reader_lock=self.lock)
-        a.readers[self.name] = self.target.storage_cls.create_from_handle(handle)
+        view = self.target.storage_cls.create_from_handle(handle)
+        _trace_ring_access(view.ring_buffer)
+        a.readers[self.name] = view
         self.adapter = a
 
     def _op(self, action: str, args: dict) -> tuple[Any, Any, list]:
@@ -260,6 +265,23 @@ class _Worker:
         if a is None:
             return True
         return a.close()
+
+
+def _trace_ring_access(ring: Any) -> None:
+    """Pause at ``reader_check`` before a reader view's ring reads a chunk
+    header (``access_buf``: vLLM's readers check the id it returns), on this
+    view only.  impl/ never reads through ``access_buf`` and has its own points."""
+    original = getattr(ring, "access_buf", None)
+    if original is None or getattr(type(ring), "__module__", "").startswith("shmspec.impl"):
+        return
+
+    @contextlib.contextmanager
+    def access_buf(address, *args, **kwargs):
+        _pause("reader_check")
+        with original(address, *args, **kwargs) as out:
+            yield out
+
+    ring.access_buf = access_buf
 
 
 def _worker_main(name: str, conn: Any, target: LoadedTarget, lock: Any) -> None:
