@@ -8,6 +8,7 @@ BIN    := $(VENV)/bin
 STAMP  := $(VENV)/.shmspec-installed
 TARGET ?= impl
 PROFILE ?= ci
+CONCURRENCY ?=
 
 .PHONY: check test venv clean
 
@@ -20,7 +21,7 @@ $(STAMP): pyproject.toml
 	touch $(STAMP)
 
 check: $(STAMP)
-	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE)
+	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

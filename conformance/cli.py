@@ -9,7 +9,8 @@ Exit status (a public interface, see README.md):
   2  usage or infrastructure error (unknown target, missing file, a file
      without the store classes, no registry reachable, a campaign that crashed);
   3  no violation, but a check ran out of its budget (verdict "unknown": the
-     free-running linearizability search), so nothing may be called "pass".
+     free-running linearizability search), so nothing may be called "pass";
+  130 interrupted (Ctrl-C or SIGTERM); worker processes stopped, no report.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import os
+import signal
 import sys
 from pathlib import Path
 
@@ -26,6 +28,7 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 import shmspec
 
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
+EXIT_INTERRUPTED = 130
 
 
 class _Parser(argparse.ArgumentParser):
@@ -63,7 +66,41 @@ def _canonical_target(spec: str) -> str:
     return spec
 
 
+def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _prepare_report_dir(path: Path) -> str | None:
+    """Create ``path`` before the run (an unusable directory is found before
+    minutes of work, not after) and drop a previous run's files.  Returns an
+    error message or None."""
+    try:
+        path.mkdir(parents=True, exist_ok=True)
+        for name in ("report.json", "report.html", "repro_test.py"):
+            (path / name).unlink(missing_ok=True)
+        probe = path / ".shmspec-write-test"
+        probe.write_text("")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write the report to {path}: {exc.strerror or exc}"
+    return None
+
+
 def check(args: argparse.Namespace) -> int:
+    """``shmspec check``; SIGTERM (a CI job cancelled) and Ctrl-C stop the run
+    with every worker process stopped and every segment unlinked (exit 130)."""
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        return _check(args)
+    except KeyboardInterrupt:
+        Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",
+                                   markup=False, highlight=False)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
+def _check(args: argparse.Namespace) -> int:
     from .gate import run_gate
     from .loader import TargetError, load_target
     from .report import default_report_dir, render_console, write_report
@@ -78,6 +115,11 @@ def check(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    report_dir = args.report_dir or default_report_dir(spec)
+    problem = _prepare_report_dir(report_dir)
+    if problem:
+        err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
                   TimeElapsedColumn(), console=err, transient=True) as progress:
         task = progress.add_task("campaigns", total=None)
@@ -86,12 +128,12 @@ def check(args: argparse.Namespace) -> int:
             progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
         result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency)
-    report_dir = args.report_dir or default_report_dir(spec)
     source = str(target.source) if target.source else None
     try:
         write_report(result, report_dir, started, source)
     except OSError as exc:
-        err.print(f"shmspec: error: cannot write the report to {report_dir}: {exc}", markup=False)
+        err.print(f"shmspec: error: cannot write the report to {report_dir}: {exc}", markup=False,
+                  highlight=False, soft_wrap=True)
         return EXIT_ERROR
     render_console(console, result, report_dir)
     if result.verdict == "fail":

@@ -43,7 +43,7 @@ import multiprocess
 from .adapter import StoreAdapter, live_chunks, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from .loader import LoadedTarget
-from .procs import ScheduleError
+from .procs import ScheduleError, worker_setup
 from .serde import Blob, Garbage, HarnessSerde, object_nbytes
 from .session import SessionConfig
 
@@ -179,9 +179,10 @@ def _live(writer: Any) -> set[tuple[int, int]]:
 
 
 def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_readers: int, lock: Any,
-                 queues: list[Any], seconds: float, seed: int, load: FreeLoad, patience: float) -> None:
+                 queues: list[Any], seconds: float, seed: int, load: FreeLoad, patience: float,
+                 parent_pid: int) -> None:
     """The writer process.  ``patience``: seconds it waits for each controller message."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_setup(parent_pid)
     a = StoreAdapter(target, config.data_buffer_size, config.max_object_size, n_readers, lock=lock)
     try:
         a.writer = open_writer(target, config.data_buffer_size, config.max_object_size, n_readers, lock)
@@ -258,10 +259,10 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
 
 # ----------------------------------------------------------------- a reader
 def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles: Any,
-                 seconds: float, seed: int, load: FreeLoad, patience: float) -> None:
+                 seconds: float, seed: int, load: FreeLoad, patience: float, parent_pid: int) -> None:
     """A reader process.  ``patience``: seconds it waits for the controller
     and, past ``seconds``, for the next handle."""
-    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    worker_setup(parent_pid)
     a: StoreAdapter | None = None
     try:
         if not conn.poll(patience * 2):
@@ -390,7 +391,7 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
 
     def spawn(name: str, fn: Any, *args: Any) -> None:
         parent, child = ctx.Pipe()
-        p = ctx.Process(target=fn, args=(child, *args), name=f"shmspec-free-{name}", daemon=True)
+        p = ctx.Process(target=fn, args=(child, *args, os.getpid()), name=f"shmspec-free-{name}", daemon=True)
         p.start()
         child.close()
         conns[name], procs[name] = parent, p

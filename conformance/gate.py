@@ -142,6 +142,8 @@ class GateResult:
     seed: int
     campaigns: list[CampaignResult]
     seconds: float
+    concurrency: str = "off"
+    """The concurrency mode run after the lockstep campaigns."""
 
     @property
     def violations(self) -> list[Violation]:
@@ -235,7 +237,7 @@ def run_gate(
             _engine.MAX_SHRINKING_SECONDS = saved_budget
     if on_progress:
         on_progress("done", len(campaigns), len(campaigns))
-    return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0)
+    return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency)
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig) -> CampaignResult:
@@ -330,9 +332,9 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
         if prop in excused:
             continue
         f = findings[0]
-        more = f" (and {len(findings) - 1} more)" if len(findings) > 1 else ""
-        res.violations.append(Violation(prop, f.message + more, "free-running", 0, history_steps(f.ops, prop, f.message),
-                                        cfg, concurrency="free"))
+        more = f" (and {len(findings) - 1} more {prop} finding(s) in this run)" if len(findings) > 1 else ""
+        res.violations.append(Violation(prop, f.message + more, "free-running", 0,
+                                        history_steps(f.ops, prop, f.message, f.culprit), cfg, concurrency="free"))
     if fr.leak == "fail":
         res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", "free-running",
                                         0, [], cfg, concurrency="free"))
@@ -345,22 +347,24 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
     return res
 
 
-def history_steps(ops: list, prop: str, message: str) -> list[dict[str, Any]]:
-    """A finding's sub-history as report steps (times in µs from its first invoke)."""
+def history_steps(ops: list, prop: str, message: str, culprit: Any = None) -> list[dict[str, Any]]:
+    """A finding's sub-history as report steps (times in µs from its first
+    invoke); the violation is attached to ``culprit`` (else the last step)."""
     base = min((o.invoke_ns for o in ops), default=0)
     steps = []
     for i, o in enumerate(ops):
-        observed = o.error if o.error is not None else repr(o.result)
+        observed = o.error if o.error is not None else (o.result if isinstance(o.result, str) else repr(o.result))
         steps.append({
             "index": i, "process": o.process, "action": o.action,
             "args": {k: (v if isinstance(v, (str, int, float, bool, type(None))) else repr(v)) for k, v in o.args.items()},
             "invoke_us": round((o.invoke_ns - base) / 1000, 1), "return_us": round((o.return_ns - base) / 1000, 1),
             "observed": observed, "freed": sorted(o.freed),
-            "deserialized": [repr(d) for d in o.deserialized],
+            "deserialized": [d if isinstance(d, str) else repr(d) for d in o.deserialized],
             "violations": [],
         })
     if steps:
-        steps[-1]["violations"] = [{"property": prop, "message": message}]
+        at = next((i for i, o in enumerate(ops) if o is culprit), len(steps) - 1)
+        steps[at]["violations"] = [{"property": prop, "message": message}]
     return steps
 
 

@@ -114,6 +114,8 @@ class Finding:
     message: str
     ref: str
     ops: list[Op]
+    culprit: Op | None = None
+    """The operation that broke the property (None: the history as a whole)."""
 
 
 @dataclass
@@ -249,14 +251,14 @@ def _value_findings(part: Partition) -> tuple[list[Finding], set[int]]:
         foreign = [d for d in g.deserialized if part.put is None or d != part.original]
         if g.ok and (part.put is None or g.result != part.original):
             out.append(Finding("NRR", f"{where} returned {g.result!r}; put under it was "
-                                      f"{part.original!r}", part.ref, part.ops()))
+                                      f"{part.original!r}", part.ref, part.ops(), g))
             blamed.add(id(g))
         elif foreign:
             out.append(Finding("NRR", f"{where} deserialized {foreign[0]!r}; put under it was "
-                                      f"{part.original!r}", part.ref, part.ops()))
+                                      f"{part.original!r}", part.ref, part.ops(), g))
         if not g.ok and g.error != "StaleHandle":
             out.append(Finding("CONFORMANCE", f"{where} raised {g.error}, which the model never "
-                                              "gives for a well-formed handle", part.ref, part.ops()))
+                                              "gives for a well-formed handle", part.ref, part.ops(), g))
             blamed.add(id(g))
     return out, blamed
 
@@ -274,7 +276,7 @@ def _order_findings(part: Partition, gets: list[Op], lenient: bool, max_nodes: i
                        "was invoked (profile not lenient_stale)")
             else:
                 why = "raised StaleHandle although the handle was live throughout the get"
-            out.append(Finding("CONFORMANCE", f"{g.process} get({part.ref}) {why}", part.ref, part.ops()))
+            out.append(Finding("CONFORMANCE", f"{g.process} get({part.ref}) {why}", part.ref, part.ops(), g))
     if not out:
         out.append(Finding("CONFORMANCE", f"the gets of {part.ref} admit no single order: one saw the "
                                           "handle live after another had seen it dead", part.ref, part.ops()))
@@ -292,7 +294,7 @@ def _clr_findings(part: Partition, clears: list[Op]) -> list[Finding]:
             if c.invoke_ns >= part.put.return_ns and c.return_ns < g.invoke_ns:
                 out.append(Finding("CLR", f"{g.process} get({part.ref}) invoked after a clear() returned "
                                           f"resolved to {g.result!r}; the handle was issued before that clear",
-                                   part.ref, part.ops([c])))
+                                   part.ref, part.ops([c]), g))
                 break
     return out
 
@@ -317,7 +319,7 @@ def _rc_findings(part: Partition, clears: list[Op]) -> tuple[list[Finding], bool
             continue
         out.append(Finding("RC", f"{g.process}'s first read of {part.ref} raised StaleHandle: the writer's "
                                  f"{free.action} freed the chunk before every reader had read it",
-                           part.ref, part.ops()))
+                           part.ref, part.ops(), g))
     return out, judged
 
 

@@ -119,7 +119,8 @@ def load_file(path: str | Path, spec: str | None = None, profile: Profile | None
         sys.modules[name] = module  # dataclasses need it while executing
         try:
             mod_spec.loader.exec_module(module)
-        except Exception as exc:  # noqa: BLE001 - any import failure is the target's
+        except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure is the target's
+            # (a module that calls sys.exit() at import must not end the gate as if it had passed)
             raise TargetError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
     finally:
         for k, old in saved.items():

@@ -284,9 +284,26 @@ def _trace_ring_access(ring: Any) -> None:
     ring.access_buf = access_buf
 
 
-def _worker_main(name: str, conn: Any, target: LoadedTarget, lock: Any) -> None:
+def worker_setup(parent_pid: int) -> None:
+    """First thing in every worker process: Ctrl-C is the controller's to
+    handle, and the worker dies with the controller (Linux ``PR_SET_PDEATHSIG``),
+    so a controller killed outright leaves no orphan; the shared resource
+    tracker then unlinks the segment the dead writer registered."""
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+    try:
+        import ctypes
+
+        libc = ctypes.CDLL(None, use_errno=True)
+        libc.prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: orphans are stopped by shutdown() only
+        pass
+    if os.getppid() != parent_pid:  # the controller died before prctl took effect
+        os._exit(1)
+
+
+def _worker_main(name: str, conn: Any, target: LoadedTarget, lock: Any, parent_pid: int) -> None:
     global _WORKER
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the controller decides when we stop
+    worker_setup(parent_pid)
     _WORKER = _Worker(name, conn, target, lock)
     yieldpoints.HOOK = _pause
     _WORKER.run()
@@ -357,7 +374,7 @@ class ProcessPool:
         # docstring); a worker forked before it runs would start its own.
         resource_tracker.ensure_running()
         parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock),
+        p = self.ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock, os.getpid()),
                              name=f"shmspec-{name}", daemon=True)
         p.start()
         child.close()
@@ -596,4 +613,4 @@ def _label(name: str) -> str:
     return "the writer" if name == "writer" else f"reader {name}"
 
 
-__all__ = ["LOCK_POINTS", "ProcessPool", "ScheduleError", "ScheduledSerde", "StepOutcome", "TracedLock"]
+__all__ = ["worker_setup", "LOCK_POINTS", "ProcessPool", "ScheduleError", "ScheduledSerde", "StepOutcome", "TracedLock"]

@@ -40,6 +40,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "target_source": target_source,
         "model_profile": result.model_profile,
         "profile": result.profile,
+        "concurrency": result.concurrency,
         "seed": result.seed,
         "verdict": result.verdict,
         "started": started,
@@ -118,7 +119,7 @@ def lanes_table(v: Violation) -> Table:
     t.add_column("#", justify="right", no_wrap=True)
     for p in procs:
         t.add_column(p, overflow="fold", min_width=14)
-    t.add_column("ring (id@addr:reads/promised)", overflow="fold")
+    t.add_column("ring", overflow="fold")
     for s in v.steps:
         if s["kind"] == "start":
             cell = f"{s['action']} {_short_args(s['args'])}".strip()
@@ -153,6 +154,10 @@ def history_table(v: Violation) -> Table:
     return t
 
 
+LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resumed   ⇒ R: the operation returned R   "
+                "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
+
+
 def violation_panel(n: int, v: Violation) -> Panel:
     mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
     head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}\n",
@@ -161,7 +166,8 @@ def violation_panel(n: int, v: Violation) -> Panel:
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else f"{len(v.steps)} steps after shrinking"))
     table = {"controlled": lanes_table, "free": history_table}.get(v.concurrency, steps_table)(v)
-    return Panel(Group(head, table), title=f"V{n}", border_style="red")
+    parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
+    return Panel(Group(*parts), title=f"V{n}", border_style="red")
 
 
 def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:
@@ -169,7 +175,7 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         Panel.fit(
             Text.assemble(
                 ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
-                f"gate profile {result.profile}  seed {result.seed}",
+                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed}",
             )
         )
     )
@@ -182,6 +188,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
             console.print(f"[magenta]campaign {c.name} errored: {c.error}[/]")
         if c.unknown:
             console.print(f"[yellow]campaign {c.name}: unknown: {c.unknown}[/]")
+        if c.mode == "controlled" and c.steps and not c.skipped:
+            console.print(f"campaign {c.name}: {c.examples} examples, {c.steps} scheduled steps "
+                          f"({c.steps / max(c.seconds, 1e-9):.0f} steps/s, shrinking included)")
         if c.rates.get("ops_per_second"):
             console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
                           f"{c.rates['partitions']} handle histories checked")

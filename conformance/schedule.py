@@ -36,7 +36,7 @@ from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 from .adapter import Snapshot
 from .loader import LoadedTarget
 from .procs import ProcessPool, StepOutcome
-from .serde import Blob, object_nbytes
+from .serde import Blob, Garbage, difference, object_nbytes
 from .session import SEVERITY, PropertyViolation, SessionConfig
 
 KEYS = tuple(f"k{i}" for i in range(6))
@@ -58,7 +58,7 @@ class LaneStep:
     action: str
     args: dict[str, Any]
     point: str | None
-    observed: str = ""
+    observed: str | None = None
     ring: list[str] = field(default_factory=list)
     violations: list[tuple[str, str]] = field(default_factory=list)
 
@@ -218,7 +218,8 @@ class ScheduledSession:
         r = self.ref(args["ref"])
         want = {"blob": r.data.hex()}
         return [("NRR", f"reader {proc} deserialized {_render_value(d)} for handle {r.ref} "
-                        f"({r.address}, {r.id}), which holds {Blob(r.data)!r}") for d in new if d != want]
+                        f"({r.address}, {r.id}), which holds {Blob(r.data)!r}{difference(_decode(d), r.data)}")
+                for d in new if d != want]
 
     def _finished(self, proc: str, action: str, args: dict, out: StepOutcome) -> list[tuple[str, str]]:
         res = out.result
@@ -234,7 +235,8 @@ class ScheduledSession:
             if res["error"] is None:
                 if res["value"] != want:
                     v.append(("NRR", f"reader {proc} returned {_render_value(res['value'])} for handle {r.ref} "
-                                     f"({r.address}, {r.id}), which holds {Blob(r.data)!r}"))
+                                     f"({r.address}, {r.id}), which holds {Blob(r.data)!r}"
+                                     f"{difference(_decode(res['value']), r.data)}"))
                 elif r.epoch < self.get_epoch.get(proc, 0):
                     v.append(("CLR", f"handle {r.ref} issued before a clear() resolved in a get started after it"))
             elif res["error"] != "StaleHandle":
@@ -298,6 +300,15 @@ class ScheduledSession:
             raise pending
         if not closed_clean and not self.failed and "LEAK" not in self.config.excused:
             raise PropertyViolation("LEAK", "the segment is still there after close", self.trace, "close")
+
+
+def _decode(v: Any) -> Any:
+    """Blob / Garbage from the JSON form a worker sends (else the value itself)."""
+    if isinstance(v, dict) and "blob" in v:
+        return Blob(bytes.fromhex(v["blob"]))
+    if isinstance(v, dict) and "garbage" in v:
+        return Garbage(bytes.fromhex(v["garbage"]))
+    return v
 
 
 def _render_value(v: Any) -> str:

@@ -74,3 +74,16 @@ class HarnessSerde:
             if MD_BYTES + n == len(raw):
                 return Blob(raw[MD_BYTES:])
         return Garbage(raw)
+
+
+def difference(got: object, want: bytes) -> str:
+    """Where an object read differs from the bytes put: ``""`` when equal, else
+    e.g. ``" (first difference at byte 36: 02 != 04)"``, so two renderings that
+    look the same (long payloads are shown truncated) are told apart."""
+    raw = got.data if isinstance(got, Blob) else got.raw if isinstance(got, Garbage) else None
+    if raw is None or raw == want:
+        return ""
+    for i, (a, b) in enumerate(zip(raw, want)):
+        if a != b:
+            return f" (first difference at byte {i}: {a:02x} != {b:02x})"
+    return f" (lengths differ: {len(raw)} != {len(want)} bytes)"

@@ -421,12 +421,14 @@ class Session:
         if r.epoch < self.epoch:
             v = [("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")]
             if obs.value != original:
-                v.append(("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was {render(r.data)}"))
+                v.append(("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was "
+                                 f"{render(r.data)}{serde.difference(obs.value, r.data)}"))
             return v
         if obs.value == original:
             return []
         state = "live" if self.is_live(r) else f"not live: {exp.error}"
-        return [("NRR", f"get of {r.ref} {(r.address, r.id)} ({state}) returned {got}; put under it was {render(r.data)}")]
+        return [("NRR", f"get of {r.ref} {(r.address, r.id)} ({state}) returned {got}; put under it was "
+                        f"{render(r.data)}{serde.difference(obs.value, r.data)}")]
 
     def _do_touch(self, call: Call):
         if call.process == M.WRITER:

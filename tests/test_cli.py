@@ -110,6 +110,8 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     data = json.loads((rep / "report.json").read_text())
     assert data["schema"] == "shmspec.report/1"
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
+    assert data["concurrency"] == "controlled"  # the ci profile's default
+    assert [c["mode"] for c in data["campaigns"]][-1] == "controlled"
     for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK", "CONFORMANCE"):
         assert data["properties"][pid] == "pass", pid
     assert data["properties"]["WRAP"] == "not-checked"
@@ -117,3 +119,46 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert all(c["examples"] > 0 and c["steps"] > 0 for c in data["campaigns"])
     assert "<html" in (rep / "report.html").read_text().lower()
     assert not (rep / "repro_test.py").exists()
+
+
+def test_target_that_exits_at_import_is_an_error_not_a_pass(tmp_path):
+    f = tmp_path / "exits.py"
+    f.write_text("import sys\nsys.exit(0)\n")
+    p = run_cli("check", "--target", f"file:{f}", "--report-dir", str(tmp_path / "r"))
+    assert p.returncode == 2
+    assert "SystemExit" in one_line_error(p)
+
+
+def test_unusable_report_dir_is_refused_before_the_run(tmp_path):
+    blocker = tmp_path / "afile"
+    blocker.write_text("")
+    p = run_cli("check", "--concurrency", "off", "--report-dir", str(blocker))
+    assert p.returncode == 2
+    assert "cannot write the report" in one_line_error(p)
+    assert "examples" not in p.stdout  # refused before any campaign ran
+
+
+def test_bad_concurrency_mode():
+    p = run_cli("check", "--concurrency", "threads")
+    assert p.returncode == 2
+    assert "--concurrency" in one_line_error(p)
+
+
+def test_sigterm_stops_workers_and_removes_segments(tmp_path):
+    """A cancelled CI job (SIGTERM to the gate) leaves no process and no segment."""
+    import signal
+    import time
+
+    before = set(os.listdir("/dev/shm"))
+    proc = subprocess.Popen([sys.executable, "-m", "shmspec.conformance.cli", "check", "--target", "impl",
+                             "--concurrency", "free", "--report-dir", str(tmp_path / "r")],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    time.sleep(20)  # past the lockstep campaigns: the free-running processes are up
+    proc.send_signal(signal.SIGTERM)
+    out, err = proc.communicate(timeout=60)
+    assert proc.returncode == 130, err
+    assert "interrupted" in err
+    time.sleep(1)
+    ps = subprocess.run(["ps", "-eo", "ppid="], capture_output=True, text=True).stdout.split()
+    assert str(proc.pid) not in ps  # no child of the gate is left
+    assert not {n for n in set(os.listdir("/dev/shm")) - before if n.startswith("psm_")}
