@@ -35,17 +35,20 @@ def _gate(spec, tmp_path):
     return code, json.loads((rep / "report.json").read_text()), rep
 
 
-@pytest.mark.parametrize("spec,failing,not_checked", [
-    ("vllm==0.33.0", {"NRR", "CLR", "CONFORMANCE"}, {"WRAP"}),
-    ("vllm==0.11.0", {"NRR", "CLR", "CONFORMANCE"}, {"WRAP", "AUTH"}),
+# 0.11.0's controlled run also finds DISJ: after its start pointer lags a free
+# (see above), a later put's payload overwrites a live chunk's header, whose
+# chunk_size then reads as hundreds of MB.
+@pytest.mark.parametrize("spec,failing,not_checked,holding", [
+    ("vllm==0.33.0", {"NRR", "CLR", "CONFORMANCE"}, {"WRAP"}, ("DUP", "LOCK", "SIZE", "FIFO", "DISJ", "LEAK")),
+    ("vllm==0.11.0", {"NRR", "CLR", "CONFORMANCE"}, {"WRAP", "AUTH"}, ("DUP", "LOCK", "SIZE", "FIFO", "LEAK")),
 ])
-def test_gate_finds_vllm_defects(spec, failing, not_checked, tmp_path):
+def test_gate_finds_vllm_defects(spec, failing, not_checked, holding, tmp_path):
     code, data, rep = _gate(spec, tmp_path)
     assert code == 1 and data["verdict"] == "fail"
     props = data["properties"]
     assert {p for p, v in props.items() if v == "fail"} >= failing
     assert {p for p, v in props.items() if v == "not-checked"} == not_checked
-    for pid in ("DUP", "LOCK", "SIZE", "FIFO", "DISJ", "LEAK"):
+    for pid in holding:
         assert props[pid] == "pass", pid
     for v in data["violations"]:
         assert v["steps"] and any(e["property"] == v["property"] for e in v["steps"][-1]["violations"])
