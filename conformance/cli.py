@@ -50,6 +50,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
     c.add_argument("--report-dir", type=Path, default=None,
                    help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
+    m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
+    m.add_argument("--tla-dir", type=Path, default=None, help="folder with ShmStore.tla and MC*.cfg (default: the repository's tla/)")
+    m.add_argument("--config", default="MC*.cfg", help="glob of configs to run (default MC*.cfg)")
+    m.add_argument("--report-dir", type=Path, default=None,
+                   help="directory for model.json (default reports/<time>-model)")
     return p
 
 
@@ -57,6 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
         return check(args)
+    if args.command == "model":
+        return model(args)
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 
@@ -143,6 +150,53 @@ def _check(args: argparse.Namespace) -> int:
     if result.verdict == "unknown":
         return EXIT_UNKNOWN
     return EXIT_PASS
+
+
+def model(args: argparse.Namespace) -> int:
+    """``shmspec model``: exit 0 when every config does what its ``Expected:``
+    line says (what should hold holds, what should fail fails), 1 otherwise,
+    2 when TLC cannot run."""
+    import json
+
+    from rich.table import Table
+
+    from .report import default_report_dir
+    from .tlc import TlcError, check_model
+
+    console, err = Console(), Console(stderr=True)
+    try:
+        with err.status("running TLC"):
+            checks = check_model(args.tla_dir, args.config)
+    except TlcError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    t = Table(title="TLC", show_lines=False)
+    for col in ("config", "expected", "got", "generated", "distinct", "depth", "time", "verdict"):
+        t.add_column(col, no_wrap=True, justify="right" if col in ("generated", "distinct", "depth", "time") else "left")
+    for c in checks:
+        r = c.result
+        got = f"{r.invariant} violated" if r.invariant else r.status
+        t.add_row(c.config, f"{c.expected} violated" if c.expected else "all hold", got, f"{r.generated:,}",
+                  f"{r.distinct:,}", str(r.depth), f"{r.seconds:.1f}s",
+                  "[green]as expected[/]" if c.ok else "[red]UNEXPECTED[/]")
+    console.print(t)
+    for c in checks:
+        if c.result.trace:
+            console.print(f"[bold]{c.config}[/]: counterexample to {c.result.invariant}, "
+                          + " → ".join(s.action for s in c.result.trace))
+    report_dir = args.report_dir or default_report_dir("model")
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "model.json").write_text(json.dumps({
+        "schema": "shmspec.model/1",
+        "configs": [{"config": c.config, "expected": c.expected, "ok": c.ok, "status": c.result.status,
+                     "exit_code": c.result.exit_code, "invariant": c.result.invariant,
+                     "generated": c.result.generated, "distinct": c.result.distinct, "depth": c.result.depth,
+                     "seconds": round(c.result.seconds, 3),
+                     "trace": [{"index": s.index, "action": s.action, "variables": s.variables}
+                               for s in c.result.trace]} for c in checks],
+    }, indent=2) + "\n")
+    console.print(f"report: {report_dir / 'model.json'}")
+    return EXIT_PASS if all(c.ok for c in checks) else EXIT_FAIL
 
 
 if __name__ == "__main__":  # pragma: no cover
