@@ -171,14 +171,15 @@ def model(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     t = Table(title="TLC", show_lines=False)
-    for col in ("config", "expected", "got", "generated", "distinct", "depth", "time", "verdict"):
-        t.add_column(col, no_wrap=True, justify="right" if col in ("generated", "distinct", "depth", "time") else "left")
+    for col in ("config", "expected", "got", "states", "distinct", "depth", "time", "verdict"):
+        num = col in ("states", "distinct", "depth", "time")
+        t.add_column(col, justify="right" if num else "left", no_wrap=num, overflow="fold")
     for c in checks:
         r = c.result
-        got = f"{r.invariant} violated" if r.invariant else r.status
-        t.add_row(c.config, f"{c.expected} violated" if c.expected else "all hold", got, f"{r.generated:,}",
-                  f"{r.distinct:,}", str(r.depth), f"{r.seconds:.1f}s",
-                  "[green]as expected[/]" if c.ok else "[red]UNEXPECTED[/]")
+        got = f"{r.invariant} fails" if r.invariant else ("all hold" if r.status == "ok" else r.status)
+        t.add_row(c.config.removesuffix(".cfg"), f"{c.expected} fails" if c.expected else "all hold", got,
+                  f"{r.generated:,}", f"{r.distinct:,}", str(r.depth), f"{r.seconds:.1f}s",
+                  "[green]ok[/]" if c.ok else "[red]UNEXPECTED[/]")
     console.print(t)
     for c in checks:
         if c.result.trace:
