@@ -517,18 +517,19 @@ class SingleWriterShmObjectStorage:
             reader_lock=self._reader_lock,
         )
 
-    @staticmethod
-    def create_from_handle(handle: ShmObjectStorageHandle) -> "SingleWriterShmObjectStorage":
+    @classmethod
+    def create_from_handle(cls, handle: ShmObjectStorageHandle) -> "SingleWriterShmObjectStorage":
         """Build a reader view from ``handle`` (attaches to the named segment).
 
-        ``handle.reader_lock`` None -> :class:`MissingReaderLock`, with nothing
-        left attached.
+        Called on the class like vLLM's static method; a subclass gets reader
+        views of its own class.  ``handle.reader_lock`` None ->
+        :class:`MissingReaderLock`, with nothing left attached.
         """
         if handle.reader_lock is None:
             raise MissingReaderLock()
         ring = SingleWriterShmRingBuffer(*handle.ring_buffer_handle)
         try:
-            return SingleWriterShmObjectStorage(
+            return cls(
                 max_object_size=handle.max_object_size,
                 n_readers=handle.n_readers,
                 ring_buffer=ring,

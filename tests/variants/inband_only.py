@@ -41,11 +41,5 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
             )
         return self.ser_de.deserialize(memoryview(payload))
 
-    @staticmethod
-    def create_from_handle(handle):
-        view = _impl.SingleWriterShmObjectStorage.create_from_handle(handle)
-        view.__class__ = SingleWriterShmObjectStorage  # readers get the buggy get()
-        return view
-
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]
