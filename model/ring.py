@@ -21,6 +21,81 @@ HEADER_BYTES = 8
 """``[id: int32 LE][chunk_size: int32 LE]`` in front of every chunk."""
 
 
+# -- the integer arithmetic, over an injected ``ops`` -------------------------
+# Each function below is the model's one definition of a piece of ring
+# arithmetic.  With the default :data:`INT_OPS` (Python ints and bools) it is
+# what the model computes; conformance/prove.py passes an ops object that
+# builds z3 terms instead, so the proofs are about these very definitions.
+# Comparisons and ``+ - *`` are written as Python operators (z3 overloads
+# them); conditionals, ``%`` and ``//`` go through ``ops``.  Divisors are
+# always the ring size ``B > 0``, where floor and Euclidean division agree.
+
+
+class IntOps:
+    """Python-int arithmetic: ``ite`` is a conditional expression, ``mod`` and
+    ``div`` are Python's ``%`` and ``//`` (floor), ``and_`` is ``all``."""
+
+    @staticmethod
+    def ite(cond: Any, then: Any, other: Any) -> Any:
+        return then if cond else other
+
+    @staticmethod
+    def mod(a: Any, b: Any) -> Any:
+        return a % b
+
+    @staticmethod
+    def div(a: Any, b: Any) -> Any:
+        return a // b
+
+    @staticmethod
+    def and_(*conds: Any) -> Any:
+        return all(conds)
+
+
+INT_OPS = IntOps()
+"""The ops the model itself runs with."""
+
+
+def chunk_bytes(size: Any) -> Any:
+    """Chunk size of a ``size``-byte payload: ``size + 8`` (the ``chunk_size``
+    header field, which counts the header; int32 in the segment)."""
+    return size + HEADER_BYTES
+
+
+def placement(end: Any, ring_size: Any, n: Any, ops: Any = INT_OPS) -> Any:
+    """Virtual address for an ``n``-byte chunk: ``end``, or, when
+    ``end % B + n > B`` (no contiguous room at the tail), the wrap jump to the
+    next multiple of ``B``: ``(end // B + 1) * B`` (vLLM ``allocate_buf``)."""
+    jump = ops.mod(end, ring_size) + n > ring_size
+    return ops.ite(jump, (ops.div(end, ring_size) + 1) * ring_size, end)
+
+
+def fits(address: Any, n: Any, start: Any, ring_size: Any) -> Any:
+    """The OOM test: an ``n``-byte chunk at ``address`` keeps
+    ``address + n - start <= B`` (otherwise vLLM raises ``MemoryError``)."""
+    return address + n - start <= ring_size
+
+
+def next_id(id_: Any, ops: Any = INT_OPS) -> Any:
+    """The id after ``id_``: ``(id_ + 1) % 2**31`` (WRAP)."""
+    return ops.mod(id_ + 1, ID_MAX)
+
+
+def free_step(start: Any, end: Any, has_next: Any, next_address: Any, ring_size: Any,
+              ops: Any = INT_OPS) -> tuple[Any, Any]:
+    """``(start, end)`` after dropping the oldest chunk: ``start`` moves forward
+    to the next live chunk, ``start += (next_address - start) % B``, or, when
+    no chunk is left (``has_next`` false), ``start = end = 0`` (vLLM >= 0.11)."""
+    moved = start + ops.mod(next_address - start, ring_size)
+    return ops.ite(has_next, moved, 0), ops.ite(has_next, end, 0)
+
+
+def renormalise(start: Any, end: Any, ring_size: Any, ops: Any = INT_OPS) -> tuple[Any, Any]:
+    """After a free: if ``start >= B`` both ``start`` and ``end`` drop by ``B``."""
+    over = start >= ring_size
+    return ops.ite(over, start - ring_size, start), ops.ite(over, end - ring_size, end)
+
+
 @dataclass(frozen=True)
 class Chunk:
     """One live chunk.
@@ -88,13 +163,11 @@ def plan_allocation(ring: Ring, size: int) -> int:
     """
     if size <= 0:
         raise ValueError("Size must be greater than 0")
-    n = size + HEADER_BYTES
-    end = ring.end
-    if end % ring.size + n > ring.size:
-        end = (end // ring.size + 1) * ring.size
-    if end + n - ring.start > ring.size:
+    n = chunk_bytes(size)
+    address = placement(ring.end, ring.size, n)
+    if not fits(address, n, ring.start, ring.size):
         raise OutOfSpace()
-    return end
+    return address
 
 
 def allocate(ring: Ring, size: int, abs_id: int, **fields: Any) -> tuple[Ring, Chunk]:
@@ -107,12 +180,12 @@ def allocate(ring: Ring, size: int, abs_id: int, **fields: Any) -> tuple[Ring, C
     """
     address = plan_allocation(ring, size)
     chunk = Chunk(
-        id=ring.id_end, abs_id=abs_id, address=address, size=size + HEADER_BYTES, **fields
+        id=ring.id_end, abs_id=abs_id, address=address, size=chunk_bytes(size), **fields
     )
     ring = replace(
         ring,
         end=address + chunk.size,
-        id_end=(ring.id_end + 1) % ID_MAX,
+        id_end=next_id(ring.id_end),
         chunks=ring.chunks + (chunk,),
     )
     return ring, chunk
@@ -138,15 +211,11 @@ def free(
             break
         chunks.pop(0)
         freed.append(oldest)
-        id_start = (id_start + 1) % ID_MAX
-        if chunks and chunks[0].id == id_start:
-            start += (chunks[0].address - start) % ring.size
-        else:
-            start = end = 0
+        id_start = next_id(id_start)
+        has_next = bool(chunks) and chunks[0].id == id_start
+        start, end = free_step(start, end, has_next, chunks[0].address if has_next else start, ring.size)
         freed_bytes += oldest.size
-    if start >= ring.size:
-        start -= ring.size
-        end -= ring.size
+    start, end = renormalise(start, end, ring.size)
     return (
         replace(ring, start=start, end=end, id_start=id_start, chunks=tuple(chunks)),
         tuple(freed),

@@ -182,11 +182,19 @@ def initial(
     return State(profile, max_object_size, n_readers, Ring(size=data_buffer_size))
 
 
+def reads_complete(reader_count: Any, writer_count: Any, n_readers: Any) -> Any:
+    """The free threshold (RC): ``reader_count >= writer_count * n_readers``.
+    ``reader_count`` is an int32 in the segment; ``writer_count`` counts the
+    writer's promises (put / get_cached).  Plain operators, so it also builds
+    z3 terms (conformance/prove.py)."""
+    return reader_count >= writer_count * n_readers
+
+
 def is_free(state: State, chunk: Chunk) -> bool:
     """The reclaim predicate (RC): all promised reads counted and not protected."""
     if chunk.protected:
         return False
-    return chunk.reader_count >= chunk.writer_count * state.n_readers
+    return reads_complete(chunk.reader_count, chunk.writer_count, state.n_readers)
 
 
 def _err(exc: StoreError, **kw: Any) -> Outcome:
