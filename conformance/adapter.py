@@ -253,6 +253,64 @@ class StoreAdapter:
         return not segment_exists(self.segment)
 
 
+_RING_COUNTERS = ("data_buffer_start", "data_buffer_end", "monotonic_id_start", "monotonic_id_end", "metadata")
+
+
+def can_warp(writer: Any) -> bool:
+    """Whether :func:`warp` can start this writer at a chosen counter state:
+    its ring has a ``warp`` method (impl/) or vLLM's writer-private counters."""
+    rb = writer.ring_buffer
+    return callable(getattr(rb, "warp", None)) or all(hasattr(rb, a) for a in _RING_COUNTERS)
+
+
+def warp(writer: Any, start: int, monotonic_id: int) -> None:
+    """The warp hook: put an empty writer in the state it would reach after
+    allocating and freeing until ``start == end == start`` (bytes, ``0 <= start
+    < B``) with next id ``monotonic_id`` (modulo 2**31), without 2**31 puts.
+
+    impl/: ``SingleWriterShmRingBuffer.warp``.  vLLM (0.11 - 0.33): sets the
+    ring buffer's ``data_buffer_start/end`` and ``monotonic_id_start/end``;
+    vLLM 0.11's phantom ``metadata`` entry ``{0: 0}`` of a fresh ring is dropped,
+    as allocating and freeing chunk 0 would have dropped it.
+
+    Raises:
+        ValueError: the store holds objects, or an argument is out of range.
+        TypeError: the target exposes neither hook.
+    """
+    rb = writer.ring_buffer
+    if callable(getattr(rb, "warp", None)):
+        rb.warp(start, monotonic_id)
+        return
+    if not all(hasattr(rb, a) for a in _RING_COUNTERS):
+        raise TypeError(f"{type(rb).__name__} exposes no warp hook and not vLLM's ring counters")
+    if getattr(writer, "key_index", None) or any(rb.metadata.get(i) != 0 or i != 0 for i in rb.metadata):
+        raise ValueError("the ring can only be warped while it is empty")
+    if not 0 <= start < rb.data_buffer_size or not 0 <= monotonic_id < ID_MAX:
+        raise ValueError(f"warp out of range: start {start}, id {monotonic_id}")
+    rb.metadata.clear()
+    rb.data_buffer_start = rb.data_buffer_end = start
+    rb.monotonic_id_start = rb.monotonic_id_end = monotonic_id
+
+
+def warp_counts(writer: Any, monotonic_id: int, address: int, writer_count: int, reader_count: int) -> None:
+    """Set a live chunk's counts (the warp hook for counter limits): the
+    writer's ``writer_flag[id]`` and the int32 ``reader_count`` at the front of
+    the chunk's payload (segment offset ``DATA_OFFSET + address % B + 8``).
+    Same for impl/ and vLLM, whose layouts agree there.
+
+    Raises:
+        ValueError: ``reader_count`` outside int32, or ``monotonic_id`` not live.
+    """
+    rb = writer.ring_buffer
+    if monotonic_id not in rb.metadata:
+        raise ValueError(f"id {monotonic_id} is not live")
+    if not -(2**31) <= reader_count < 2**31:
+        raise ValueError(f"reader_count {reader_count} does not fit int32")
+    writer.writer_flag[monotonic_id] = writer_count
+    p = getattr(rb, "DATA_OFFSET", 0) + address % rb.data_buffer_size + 8
+    rb.shared_memory.buf[p : p + 4] = reader_count.to_bytes(4, "little", signed=True)
+
+
 def live_chunks(writer: Any) -> list[tuple[int, int]]:
     """The writer's live chunks as ``(id, virtual address)``, oldest first: the
     ids of its ``metadata`` inside the window ``[id_start, id_end)`` (mod 2**31)."""

@@ -45,6 +45,12 @@ from .session import Call, PropertyViolation, SessionConfig
 
 ALL_PROPERTIES: tuple[str, ...] = PROPERTY_IDS + ("CONFORMANCE",)
 
+BOUNDARY = Campaign("boundary", frozenset(), frozenset({"DISJ", "OOM", "FIFO", "RC", "NRR", "WRAP", "CLR", "LEAK",
+                                                       "CONFORMANCE"}), mode="program")
+"""z3-generated boundary programs (conformance/boundary.py), run in lockstep; WRAP
+is claimed only when the target has a warp hook (id wraparound reached)."""
+DEFAULT_CAMPAIGNS: tuple[Campaign, ...] = CAMPAIGNS + (BOUNDARY,)
+
 CONCURRENCY_MODES = ("controlled", "free", "off")
 CONCURRENT_CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled"),
@@ -191,7 +197,7 @@ def run_gate(
     profile: str = "ci",
     seed: int | None = None,
     on_progress: Callable[[str, int, int], None] | None = None,
-    campaigns: tuple[Campaign, ...] = CAMPAIGNS,
+    campaigns: tuple[Campaign, ...] = DEFAULT_CAMPAIGNS,
     config: SessionConfig | None = None,
     first_finding_only: bool = False,
     concurrency: str | None = None,
@@ -244,6 +250,8 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     if campaign.mode == "free":
         return _run_free(target, gp, seed, base, res)
+    if campaign.mode == "program":
+        return _run_programs(target, gp, base, res)
     if campaign.mode == "controlled":
         # Races are findings of their own: only CONFORMANCE excusals carry over.
         base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
@@ -343,6 +351,54 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
                        f"linearizability search budget")
     else:
         res.completed = True
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, res: CampaignResult) -> CampaignResult:
+    """The boundary campaign: every z3-generated program (conformance/boundary.py)
+    on a fresh session.  A program that breaks a property is rerun with it
+    excused (as campaigns are, up to ``gp.rounds`` times), so later findings
+    surface; programs that need the warp hook are skipped on targets without one."""
+    from .adapter import can_warp
+    from .boundary import programs, run_program
+
+    t0 = time.monotonic()
+    config = base
+    warped = False
+    try:
+        progs = programs(base)
+        has_warp = False
+        if any(p.needs_warp for p in progs):
+            from .adapter import StoreAdapter
+
+            probe = StoreAdapter(target, base.data_buffer_size, base.max_object_size, base.n_readers)
+            probe.open()
+            try:
+                has_warp = can_warp(probe.writer)
+            finally:
+                probe.close()
+        for prog in progs:
+            if prog.needs_warp and not has_warp:
+                continue
+            res.examples += 1
+            for round_ in range(gp.rounds + 1):
+                session, exc = run_program(target, prog, config)
+                res.steps += len(session.trace)
+                if session.stopped_early is not None:
+                    res.rates.setdefault("stopped_early", []).append(prog.name)
+                if exc is None:
+                    break
+                res.violations.append(Violation(exc.prop, f"program {prog.name} ({prog.edge}): {exc.message}",
+                                                "boundary", round_, [s.to_json() for s in exc.steps],
+                                                _config_json(config), exc))
+                config = _excuse(config, exc)
+            warped = warped or prog.needs_warp
+        res.completed = True
+    except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
+        res.error = f"{type(exc).__name__}: {exc}"
+    if not warped:
+        res.checks = [c for c in res.checks if c != "WRAP"]
     res.seconds = time.monotonic() - t0
     return res
 

@@ -28,7 +28,7 @@ from shmspec.model.errors import OutOfSpace
 from shmspec.model.ring import ID_MAX
 
 from . import serde
-from .adapter import Observation, Snapshot, StoreAdapter
+from .adapter import Observation, Snapshot, StoreAdapter, observe, warp, warp_counts
 from .loader import LoadedTarget
 from .serde import Blob, object_nbytes
 
@@ -455,6 +455,27 @@ class Session:
     def _do_free_unused(self, call: Call):
         a = M.Action.of("free_unused")
         return a, self._model(a), self.adapter.free_unused(), []
+
+    def _do_warp(self, call: Call):
+        """Boundary programs: start the (empty) store at ``start`` (bytes) with
+        next id ``id`` on the model and, through the warp hook, the target."""
+        from .warp import warp_model
+
+        start, id_ = call.args["start"], call.args["id"]
+        self.state = warp_model(self.state, start, id_)
+        obs = observe(lambda: warp(self.adapter.writer, start, id_))
+        return M.Action.of("warp"), M.Outcome(), obs, []
+
+    def _do_warp_counts(self, call: Call):
+        """Boundary programs: set the counts of the live chunk of handle ``ref``
+        (``writer_count`` promises, int32 ``reader_count``) on model and target."""
+        from .warp import warp_model_counts
+
+        r = self.ref(call.args["ref"])
+        wc, rc = call.args["writer_count"], call.args["reader_count"]
+        self.state = warp_model_counts(self.state, r.abs_id, wc, rc)
+        obs = observe(lambda: warp_counts(self.adapter.writer, r.id, r.address, wc, rc))
+        return M.Action.of("warp_counts"), M.Outcome(), obs, []
 
     # -- checks -------------------------------------------------------------
     def _observation_checks(self, call, exp, obs, before: Snapshot, after: Snapshot, deserialized: int,

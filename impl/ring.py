@@ -190,6 +190,26 @@ class SingleWriterShmRingBuffer:
         self._publish_start()
         self._region_check(self._ctl)[layout.SLOT_ABS_END] = target
 
+    def warp(self, start: int, monotonic_id: int) -> None:
+        """Writer, empty ring only: the warp hook for boundary tests.
+
+        Puts the ring in the state it would reach after allocating and freeing
+        chunks until ``data_buffer_start == data_buffer_end == start`` (bytes,
+        ``0 <= start < data_buffer_size``) and the next id is ``monotonic_id``
+        (``0 <= monotonic_id < 2**31``), so id wraparound and tail edges are
+        reached without 2**31 allocations.  The absolute counters advance as in
+        :meth:`_jump_ids` (never backwards) and are published.  Raises
+        ``ValueError`` on a non-empty ring or an out-of-range argument;
+        ``NotWriter`` on a reader.
+        """
+        self._require_writer("warp the ring")
+        if self._abs_start != self._abs_end or self.metadata:
+            raise ValueError("the ring can only be warped while it is empty")
+        if not isinstance(start, int) or not 0 <= start < self.data_buffer_size:
+            raise ValueError(f"start must be in [0, {self.data_buffer_size}), got {start!r}")
+        self._jump_ids(monotonic_id)
+        self.data_buffer_start = self.data_buffer_end = start
+
     # ------------------------------------------------------------ allocation
     def reserve_buf(self, size: int) -> tuple[int, int]:
         """Writer: allocate like :meth:`allocate_buf` but do not publish yet.
