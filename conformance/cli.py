@@ -55,7 +55,33 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--config", default="MC*.cfg", help="glob of configs to run (default MC*.cfg)")
     m.add_argument("--report-dir", type=Path, default=None,
                    help="directory for model.json (default reports/<time>-model)")
+    pr = sub.add_parser("prove", help="prove the model's ring arithmetic with z3 (obligations by property id)")
+    pr.add_argument("--profile", default="impl", choices=sorted(_profiles()),
+                    help="model profile the obligations are stated for (the ring arithmetic is shared by all)")
+    pr.add_argument("--chunks", type=int, default=None,
+                    help="live chunks unrolled in the inductive steps (default 4)")
+    pr.add_argument("--report-dir", type=Path, default=None,
+                    help="directory for prove.json (default reports/<time>-prove)")
     return p
+
+
+def _profiles() -> list[str]:
+    from shmspec.model.profile import PROFILES
+
+    return list(PROFILES)
+
+
+def prove(args: argparse.Namespace) -> int:
+    """``shmspec prove``: exit 0 iff every obligation is proven, 1 otherwise."""
+    from .prove import DEFAULT_CHUNKS
+    from .prove_report import run
+    from .report import default_report_dir
+
+    chunks = args.chunks if args.chunks is not None else DEFAULT_CHUNKS
+    if chunks < 1:
+        Console(stderr=True).print("shmspec: error: --chunks must be at least 1", markup=False, highlight=False)
+        return EXIT_ERROR
+    return run(Console(), Console(stderr=True), args.report_dir or default_report_dir("prove"), chunks, args.profile)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -64,6 +90,8 @@ def main(argv: list[str] | None = None) -> int:
         return check(args)
     if args.command == "model":
         return model(args)
+    if args.command == "prove":
+        return prove(args)
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 

@@ -164,6 +164,7 @@ def violation_panel(n: int, v: Violation) -> Panel:
                          (v.message, "red"),
                          f"\ncampaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
+                            else "the z3 counterexample's step" if v.campaign == "prove"
                             else f"{len(v.steps)} steps after shrinking"))
     table = {"controlled": lanes_table, "free": history_table}.get(v.concurrency, steps_table)(v)
     parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
@@ -191,6 +192,12 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         if c.mode == "controlled" and c.steps and not c.skipped:
             console.print(f"campaign {c.name}: {c.examples} examples, {c.steps} scheduled steps "
                           f"({c.steps / max(c.seconds, 1e-9):.0f} steps/s, shrinking included)")
+        if c.mode == "program" and not c.error:
+            wrap = "with" if "WRAP" in c.checks else "without (no warp hook)"
+            early = f"; stopped early (target diverged): {', '.join(c.rates['stopped_early'])}" \
+                if c.rates.get("stopped_early") else ""
+            console.print(f"campaign {c.name}: {c.examples} z3 boundary programs, {c.steps} steps, {wrap} id "
+                          f"wraparound{early}")
         if c.rates.get("ops_per_second"):
             console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
                           f"{c.rates['partitions']} handle histories checked")
