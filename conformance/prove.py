@@ -43,6 +43,7 @@ from typing import Any, Callable
 import z3
 
 from shmspec.model import ring as R
+from shmspec.model.profile import IMPL, Profile
 from shmspec.model.ring import HEADER_BYTES, ID_MAX
 from shmspec.model.store import reads_complete
 
@@ -176,19 +177,22 @@ class Problem:
 @dataclass(frozen=True)
 class Obligation:
     """One claim: ``name``, the ``property`` id it establishes (SEMANTICS.md),
-    ``statement``, ``kind`` (``valid`` or ``witness``), ``build(k)`` -> one
+    ``statement``, ``kind`` (``valid`` or ``witness``), ``build(k, profile)`` -> one
     :class:`Problem` per chunk count to check (``chunked``: for k = 0..chunks)."""
 
     name: str
     property: str
     statement: str
-    build: Callable[[int], Problem]
+    build: Callable[[int, Profile], Problem]
     kind: str = "valid"
     chunked: bool = False
     min_chunks: int = 0
+    explain: Callable[[Profile], str | None] | None = None
+    """Why the obligation is refuted for a profile, where that is a known,
+    documented behaviour of the release (shown with the counterexample)."""
 
 
-def _ob_initial(k: int) -> Problem:
+def _ob_initial(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(0)
     x = z3.Int("warp_start")
     # fresh ring, clear(), or a warp to (start = end = x, any id) on an empty ring
@@ -197,7 +201,7 @@ def _ob_initial(k: int) -> Problem:
                    ring_inv(init), "initial", {"start": x}, init, init)
 
 
-def _ob_alloc_bounds(k: int) -> Problem:
+def _ob_alloc_bounds(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(0)
     size = z3.Int("size")
     after, ok, address, n = allocate_step(r, size)
@@ -207,7 +211,7 @@ def _ob_alloc_bounds(k: int) -> Problem:
     return Problem(hyps, claim, "allocate", {"size": size}, r, after, {"address": address})
 
 
-def _ob_alloc_inv(k: int) -> Problem:
+def _ob_alloc_inv(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(k)
     size = z3.Int("size")
     after, ok, address, _ = allocate_step(r, size)
@@ -215,31 +219,31 @@ def _ob_alloc_inv(k: int) -> Problem:
                    {"address": address})
 
 
-def _ob_free_entry(k: int) -> Problem:
+def _ob_free_entry(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(k)
     return Problem([ring_inv(r)], free_inv(r, r.start), "free (entry)", {}, r, r)
 
 
-def _ob_free_step(k: int) -> Problem:
+def _ob_free_step(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(k)
     s0 = z3.Int("s0")
     after = free_one(r)
     return Problem([free_inv(r, s0)], free_inv(after, s0), "free (one chunk)", {"s0": s0}, r, after)
 
 
-def _ob_free_exit(k: int) -> Problem:
+def _ob_free_exit(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(k)
     s0 = z3.Int("s0")
     after = renormalised(r)
     return Problem([free_inv(r, s0)], ring_inv(after), "free (renormalise)", {"s0": s0}, r, after)
 
 
-def _ob_disj(k: int) -> Problem:
+def _ob_disj(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(k)
     return Problem([ring_inv(r)], disjoint_inside(r), "state", {}, r, r)
 
 
-def _ob_wrap(k: int) -> Problem:
+def _ob_wrap(k: int, profile: Profile = IMPL) -> Problem:
     """Symbolic chunk count ``k`` (not unrolled): live ids ``(id_start + i) % 2**31``
     for ``i < k`` and the next id ``(id_start + k) % 2**31`` are pairwise distinct
     when ``k`` chunks of at least 9 bytes fit disjointly in ``B <= 2**31 - 1``."""
@@ -251,14 +255,14 @@ def _ob_wrap(k: int) -> Problem:
                    extra={"B": B, "id_start": id_start})
 
 
-def _ob_wrap_bound(k: int) -> Problem:
+def _ob_wrap_bound(k: int, profile: Profile = IMPL) -> Problem:
     B, count, id_start = z3.Ints("B live_chunks id_start")  # noqa: N806
     hyps = [count * MIN_CHUNK <= B, 0 <= id_start, id_start < ID_MAX, count >= 1]
     claim = (id_start + count) % ID_MAX == id_start  # the next allocation reuses a live id
     return Problem(hyps, claim, "allocate", {"live_chunks": count}, extra={"B": B, "id_start": id_start})
 
 
-def _ob_header(k: int) -> Problem:
+def _ob_header(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(0)
     size = z3.Int("size")
     after, ok, address, n = allocate_step(r, size)
@@ -269,32 +273,49 @@ def _ob_header(k: int) -> Problem:
     return Problem(hyps, claim, "allocate", {"size": size}, r, after, {"address": address, "chunk_size": n})
 
 
-def _ob_size_field(k: int) -> Problem:
+def _ob_size_field(k: int, profile: Profile = IMPL) -> Problem:
     nbytes, max_object_size = z3.Ints("nbytes max_object_size")
     hyps = [1 <= nbytes, nbytes <= max_object_size, max_object_size <= INT32_MAX - HEADER_BYTES]
     return Problem(hyps, R.chunk_bytes(nbytes) <= INT32_MAX, "put", {"nbytes": nbytes},
                    extra={"max_object_size": max_object_size})
 
 
-def _ob_size_bound(k: int) -> Problem:
+def _ob_size_bound(k: int, profile: Profile = IMPL) -> Problem:
     nbytes, max_object_size = z3.Ints("nbytes max_object_size")
     hyps = [1 <= nbytes, nbytes <= max_object_size, max_object_size == INT32_MAX - HEADER_BYTES + 1]
     return Problem(hyps, R.chunk_bytes(nbytes) > INT32_MAX, "put", {"nbytes": nbytes},
                    extra={"max_object_size": max_object_size, "chunk_size": R.chunk_bytes(nbytes)})
 
 
-def _ob_threshold(k: int) -> Problem:
+def _ob_threshold(k: int, profile: Profile = IMPL) -> Problem:
     rc, wc, nr = z3.Ints("reader_count writer_count n_readers")
     hyps = [1 <= nr, 0 <= wc, 0 <= rc, rc <= INT32_MAX, wc * nr <= INT32_MAX, z3.Not(reads_complete(rc, wc, nr))]
     claim = rc + 1 <= INT32_MAX  # the counted read's new reader_count fits int32
     return Problem(hyps, claim, "get", {"reader_count": rc}, extra={"writer_count": wc, "n_readers": nr})
 
 
-def _ob_threshold_bound(k: int) -> Problem:
+def _ob_threshold_bound(k: int, profile: Profile = IMPL) -> Problem:
     rc, wc, nr = z3.Ints("reader_count writer_count n_readers")
     hyps = [1 <= nr, nr <= 8, wc == INT32_MAX / nr + 1, rc == INT32_MAX]
     claim = z3.Not(reads_complete(rc, wc, nr))  # never free while reader_count is an int32
     return Problem(hyps, claim, "get", {"reader_count": rc}, extra={"writer_count": wc, "n_readers": nr})
+
+
+def _ob_clear_ids(k: int, profile: Profile = IMPL) -> Problem:
+    """Profile-dependent (``clear_keeps_ids``).  A handle live before ``clear()``
+    has id ``(id_start + i) % 2**31``, ``i < k``; the j-th allocation after the
+    clear gets ``(ids_after_clear(id_end) + j) % 2**31``.  Claim: they differ
+    for every ``j < 2**31 - k`` (the first allocation after a clear lands at
+    address 0, where the first chunk ever was, so an equal id would resolve
+    the pre-clear handle: CLR)."""
+    id_start, count, i, j = z3.Ints("id_start live_chunks i j")
+    id_end = (id_start + count) % ID_MAX
+    after = R.ids_after_clear(id_end, z3.BoolVal(profile.clear_keeps_ids), Z3_OPS)
+    hyps = [0 <= id_start, id_start < ID_MAX, 1 <= count, count < ID_MAX, 0 <= i, i < count, 0 <= j,
+            j < ID_MAX - count]
+    claim = (id_start + i) % ID_MAX != (after + j) % ID_MAX
+    return Problem(hyps, claim, "clear", {"live_chunks": count, "i": i, "j": j},
+                   extra={"id_start": id_start, "handle_id": (id_start + i) % ID_MAX, "new_id": (after + j) % ID_MAX})
 
 
 OBLIGATIONS: tuple[Obligation, ...] = (
@@ -320,6 +341,12 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                _ob_size_field),
     Obligation("size-bound", "SIZE", "bound: max_object_size = 2**31 - 8 lets chunk_size reach 2**31 (int32 overflow) "
                "on a ring larger than 2 GiB", _ob_size_bound, kind="witness"),
+    Obligation("clear-ids", "CLR", "after clear(), the next 2**31 - k allocations never reuse the id of a handle "
+               "live before it (profile: clear keeps or resets ids)", _ob_clear_ids,
+               explain=lambda p: None if p.clear_keeps_ids else (
+                   f"profile {p.name}: clear() resets ids to 0 (vLLM < 0.32), so the first put after a clear "
+                   "gets id 0 at address 0, the slot and id of the first handle ever issued, and that "
+                   "pre-clear handle resolves to the new object (CLR; the gate's stale campaign finds it)")),
     Obligation("threshold", "RC", "a counted read of a busy chunk keeps reader_count in int32 while writer_count * "
                "n_readers <= 2**31 - 1 (read-once clients)", _ob_threshold),
     Obligation("threshold-bound", "RC", "bound: writer_count = (2**31 - 1) // n_readers + 1 promises make a chunk "
@@ -360,7 +387,7 @@ def _val(m: z3.ModelRef, t: Any) -> Any:
     return v.as_long() if z3.is_int_value(v) else str(v)
 
 
-def _step(p: Problem, m: z3.ModelRef, claim_text: str, witness: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+def _step(p: Problem, m: z3.ModelRef, witness: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     values: dict[str, Any] = {}
     if p.before is not None:
         values.update({f"{k}": _val(m, v) for k, v in p.before.named().items()})
@@ -375,12 +402,13 @@ def _step(p: Problem, m: z3.ModelRef, claim_text: str, witness: bool) -> tuple[d
         changed["live"] = [f"{i}@{a}:{n}B" for a, n, i in live]
     step = {"index": 0, "process": "writer", "action": p.action,
             "args": {k: _val(m, v) for k, v in p.inputs.items()},
-            "expected": claim_text, "observed": "witness" if witness else "violated",
+            "expected": "a witness" if witness else "the claim holds", "observed": "witness" if witness else "violated",
             "changed": changed, "violations": []}
     return values, step
 
 
-def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOUT_MS) -> ObligationResult:
+def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOUT_MS,
+          profile: Profile = IMPL) -> ObligationResult:
     """Prove (``valid``) or witness (``witness``) one obligation; chunked
     obligations are checked for each chunk count ``ob.min_chunks..chunks``.
     The first failing chunk count gives the counterexample."""
@@ -388,7 +416,7 @@ def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOU
     t0 = time.monotonic()
     verdict, model, step, reason = "proven", None, None, None
     for k in ks:
-        p = ob.build(k)
+        p = ob.build(k, profile)
         s = z3.Solver()
         s.set("timeout", timeout_ms)
         s.add(*p.hyps)
@@ -396,7 +424,7 @@ def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOU
         res = s.check()
         if ob.kind == "witness":
             if res == z3.sat:
-                model, step = _step(p, s.model(), ob.statement, True)
+                model, step = _step(p, s.model(), True)
                 continue
             verdict = "refuted" if res == z3.unsat else "unknown"
         else:
@@ -404,9 +432,11 @@ def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOU
                 continue
             verdict = "refuted" if res == z3.sat else "unknown"
             if res == z3.sat:
-                model, step = _step(p, s.model(), ob.statement, False)
+                model, step = _step(p, s.model(), False)
         if verdict == "unknown":
             reason = s.reason_unknown()
+        elif verdict == "refuted" and ob.explain is not None:
+            reason = ob.explain(profile)
         if verdict != "proven":
             if step is not None:
                 step["violations"] = [{"property": ob.property, "message": f"k={k}: {ob.statement}"}]
@@ -416,11 +446,12 @@ def check(ob: Obligation, chunks: int = DEFAULT_CHUNKS, timeout_ms: int = TIMEOU
 
 
 def prove_all(chunks: int = DEFAULT_CHUNKS, obligations: tuple[Obligation, ...] = OBLIGATIONS,
-              on_result: Callable[[ObligationResult], None] | None = None) -> list[ObligationResult]:
-    """Check every obligation (``on_result`` is called after each)."""
+              on_result: Callable[[ObligationResult], None] | None = None,
+              profile: Profile = IMPL) -> list[ObligationResult]:
+    """Check every obligation for ``profile`` (``on_result`` is called after each)."""
     out = []
     for ob in obligations:
-        res = check(ob, chunks)
+        res = check(ob, chunks, profile=profile)
         out.append(res)
         if on_result:
             on_result(res)

@@ -19,6 +19,8 @@ from rich.text import Text
 
 import shmspec
 
+from shmspec.model.profile import PROFILES
+
 from .gate import Violation
 from .prove import DEFAULT_CHUNKS, OBLIGATIONS, ObligationResult, prove_all
 
@@ -47,6 +49,8 @@ def as_violation(r: ObligationResult) -> Violation:
     """A refuted obligation as a report violation (campaign ``prove``)."""
     state = ", ".join(f"{k}={v}" for k, v in (r.model or {}).items())
     msg = f"obligation {r.name} refuted: {r.statement}. Counterexample: {state}"
+    if r.reason:
+        msg += f". Explained: {r.reason}"
     return Violation(r.property, msg, "prove", 0, [r.step] if r.step else [], {"model": r.model})
 
 
@@ -61,7 +65,7 @@ def run(console: Console, err: Console, report_dir: Path, chunks: int = DEFAULT_
     with err.status("proving") as status:
         def progress(r: ObligationResult) -> None:
             status.update(f"proving: {r.name} {r.verdict}")
-        results = prove_all(chunks, OBLIGATIONS, progress)
+        results = prove_all(chunks, OBLIGATIONS, progress, PROFILES[profile])
     seconds = time.monotonic() - t0
     console.print(results_table(results, statements=console.width >= 110))
     bad = [r for r in results if r.verdict != "proven"]

@@ -90,6 +90,12 @@ def free_step(start: Any, end: Any, has_next: Any, next_address: Any, ring_size:
     return ops.ite(has_next, moved, 0), ops.ite(has_next, end, 0)
 
 
+def ids_after_clear(id_end: Any, keep_ids: Any, ops: Any = INT_OPS) -> Any:
+    """``id_start = id_end`` after ``clear()``: the old ``id_end`` (vLLM >= 0.32,
+    ``keep_ids``) or 0 (older releases)."""
+    return ops.ite(keep_ids, id_end, 0)
+
+
 def renormalise(start: Any, end: Any, ring_size: Any, ops: Any = INT_OPS) -> tuple[Any, Any]:
     """After a free: if ``start >= B`` both ``start`` and ``end`` drop by ``B``."""
     over = start >= ring_size
@@ -225,5 +231,5 @@ def free(
 def clear(ring: Ring, keep_ids: bool) -> Ring:
     """Drop every chunk.  ``keep_ids``: vLLM >= 0.32 (id_start = id_end);
     otherwise ids reset to 0 (older releases; breaks CLR)."""
-    id_end = ring.id_end if keep_ids else 0
+    id_end = ids_after_clear(ring.id_end, keep_ids)
     return replace(ring, start=0, end=0, id_start=id_end, id_end=id_end, chunks=())
