@@ -51,6 +51,8 @@ class Program:
     needs_warp: bool = False
     values: dict[str, int] = field(default_factory=dict)
     """The numbers z3 chose (warp start and id, payload lengths, counts)."""
+    unreachable: str | None = None
+    """Why no program hits this edge in the geometry (z3 found none); no calls then."""
 
 
 class _Sym:
@@ -293,7 +295,8 @@ def _programs(B: int, max_object_size: int, n_readers: int, readers: tuple[str, 
         try:
             calls, values = y.solve(cfg)
         except ValueError as exc:
-            raise ValueError(f"boundary program {name}: {exc}") from None
+            out.append(Program(name, edge, props, [], warp, unreachable=str(exc)))
+            continue
         for ref, wc, rc in (c[1] for c in counts):  # after the put that issued the handle
             at = next(i for i, c in enumerate(calls) if c["action"] == "put" and c["args"]["key"] == f"b{ref}") + 1
             calls.insert(at, {"process": "writer", "action": "warp_counts",
@@ -304,16 +307,16 @@ def _programs(B: int, max_object_size: int, n_readers: int, readers: tuple[str, 
     return tuple(out)
 
 
-def programs(cfg: SessionConfig | None = None) -> list[Program]:
-    """Every boundary program for the session geometry ``cfg`` (default
-    :class:`~.session.SessionConfig`).  Deterministic for one geometry.
-
-    Raises:
-        ValueError: an edge cannot be hit in this geometry (e.g. a ring smaller
-            than three objects).
+def programs(cfg: SessionConfig | None = None, include_unreachable: bool = False) -> list[Program]:
+    """The boundary program of every edge z3 can hit in the session geometry
+    ``cfg`` (default :class:`~.session.SessionConfig`), in :data:`EDGES`
+    order; deterministic for one geometry.  ``include_unreachable`` also
+    returns the edges it cannot hit there (``unreachable`` says why, no calls),
+    e.g. a wrap behind ``start`` needs three objects longer than the ring.
     """
     cfg = cfg or SessionConfig()
-    return list(_programs(cfg.data_buffer_size, cfg.max_object_size, cfg.n_readers, tuple(cfg.readers)))
+    ps = _programs(cfg.data_buffer_size, cfg.max_object_size, cfg.n_readers, tuple(cfg.readers))
+    return [p for p in ps if include_unreachable or p.unreachable is None]
 
 
 def run_program(target: Any, program: Program, config: SessionConfig | None = None) -> tuple[Any, Any]:

@@ -367,7 +367,10 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
     config = base
     warped = False
     try:
-        progs = programs(base)
+        everything = programs(base, include_unreachable=True)
+        progs = [p for p in everything if p.unreachable is None]
+        if len(progs) < len(everything):
+            res.rates["unreachable"] = [p.name for p in everything if p.unreachable]
         has_warp = False
         if any(p.needs_warp for p in progs):
             from .adapter import StoreAdapter
@@ -380,6 +383,7 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
                 probe.close()
         for prog in progs:
             if prog.needs_warp and not has_warp:
+                res.rates.setdefault("no_warp_hook", []).append(prog.name)
                 continue
             res.examples += 1
             for round_ in range(gp.rounds + 1):
