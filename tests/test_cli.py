@@ -112,9 +112,10 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
     assert data["concurrency"] == "controlled"  # the ci profile's default
     assert [c["mode"] for c in data["campaigns"]][-1] == "controlled"
-    for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK", "CONFORMANCE"):
-        assert data["properties"][pid] == "pass", pid
-    assert data["properties"]["WRAP"] == "not-checked"
+    for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
+                "CONFORMANCE"):
+        assert data["properties"][pid] == "pass", pid  # WRAP: the boundary campaign's warped programs
+    assert "boundary" in [c["name"] for c in data["campaigns"]]
     assert data["violations"] == [] and data["repro"] is None
     assert all(c["examples"] > 0 and c["steps"] > 0 for c in data["campaigns"])
     assert "<html" in (rep / "report.html").read_text().lower()
