@@ -353,3 +353,61 @@ def run_program(target: Any, program: Program, config: SessionConfig | None = No
         return session, exc
     return session, None
 
+
+
+def run_program_scheduled(target: Any, program: Program, config: SessionConfig, pool: Any,
+                          lag: bool = True) -> tuple[Any, Any]:
+    """Run one program on real processes (a :class:`~.procs.ProcessPool`: one
+    writer, the readers) through :class:`~.schedule.ScheduledSession`, which
+    checks NRR, CLR, RC, FIFO, DISJ after every scheduled step and LEAK at the end.
+
+    ``lag``: each reader's get is started and left paused at its first yield
+    point while the writer's next operation runs to completion, then resumed
+    (a reader lagging across every edge: the free, the wrap jump, the id
+    wraparound, the clear); otherwise every operation runs to completion in
+    program order.  Returns ``(scheduled session, violation or None)``; like
+    :func:`run_program`, a program whose handle the target never issued stops
+    there (``stopped_early``).
+    """
+    from .schedule import ScheduledSession
+    from .session import PropertyViolation
+
+    s = ScheduledSession(pool, target, config)
+    s.stopped_early = None
+    paused: list[str] = []
+
+    def finish(proc: str) -> None:
+        while proc in s.runnable():
+            s.execute({"process": proc, "kind": "advance"})
+
+    try:
+        for c in program.calls:
+            proc, action, args = c["process"], c["action"], c["args"]
+            if "ref" in args and not any(r.ref == args["ref"] for r in s.refs):
+                s.stopped_early = len(s.trace)
+                break
+            if proc in paused:
+                finish(proc)
+                paused.remove(proc)
+            if action == "warp_counts":  # the warped count stands in for that many gets (RC's count check)
+                r = s.ref(args["ref"])
+                s.gets_started[(r.address, r.id)] = s.gets_started.get((r.address, r.id), 0) + args["reader_count"]
+            s.execute({"process": proc, "kind": "start", "action": action, "args": args})
+            if lag and proc != "writer":
+                paused.append(proc)
+                continue
+            finish(proc)
+            if proc == "writer":
+                for r in paused:
+                    finish(r)
+                paused.clear()
+        for r in paused:
+            finish(r)
+        s.finish()
+    except PropertyViolation as exc:
+        try:
+            s.finish()
+        except PropertyViolation:
+            pass
+        return s, exc
+    return s, None

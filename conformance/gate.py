@@ -232,7 +232,7 @@ def run_gate(
         for i, campaign in enumerate(campaigns):
             if on_progress:
                 on_progress(campaign.name, i, len(campaigns))
-            res = _run_campaign(target, campaign, gp, seed, config)
+            res = _run_campaign(target, campaign, gp, seed, config, concurrency)
             results.append(res)
             # A finding is not hunted again by later campaigns: they start with it excused.
             for v in res.violations:
@@ -246,12 +246,13 @@ def run_gate(
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency)
 
 
-def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig) -> CampaignResult:
+def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,
+                  concurrency: str = "off") -> CampaignResult:
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     if campaign.mode == "free":
         return _run_free(target, gp, seed, base, res)
     if campaign.mode == "program":
-        return _run_programs(target, gp, base, res)
+        return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled")
     if campaign.mode == "controlled":
         # Races are findings of their own: only CONFORMANCE excusals carry over.
         base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
@@ -355,13 +356,17 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
     return res
 
 
-def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, res: CampaignResult) -> CampaignResult:
+def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, res: CampaignResult,
+                  scheduled: bool = False) -> CampaignResult:
     """The boundary campaign: every z3-generated program (conformance/boundary.py)
     on a fresh session.  A program that breaks a property is rerun with it
     excused (as campaigns are, up to ``gp.rounds`` times), so later findings
-    surface; programs that need the warp hook are skipped on targets without one."""
+    surface; programs that need the warp hook are skipped on targets without one.
+    ``scheduled`` (gate concurrency ``controlled``): each program then also runs
+    on real writer and reader processes, every reader's get lagging across the
+    writer's next operation (:func:`~.boundary.run_program_scheduled`)."""
     from .adapter import can_warp
-    from .boundary import programs, run_program
+    from .boundary import programs, run_program, run_program_scheduled
 
     t0 = time.monotonic()
     config = base
@@ -398,6 +403,9 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
                                                 _config_json(config), exc))
                 config = _excuse(config, exc)
             warped = warped or prog.needs_warp
+        if scheduled:
+            _run_programs_scheduled(target, [p for p in progs if has_warp or not p.needs_warp], base, res,
+                                    run_program_scheduled)
         res.completed = True
     except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
         res.error = f"{type(exc).__name__}: {exc}"
@@ -405,6 +413,23 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
         res.checks = [c for c in res.checks if c != "WRAP"]
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _run_programs_scheduled(target: LoadedTarget, progs: list, base: SessionConfig, res: CampaignResult,
+                            run: Callable) -> None:
+    """The boundary programs on a process pool; races are findings of their own,
+    so only CONFORMANCE excusals carry over (as for the controlled campaign).
+    A finding is recorded once per property (concurrency ``controlled``)."""
+    config = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
+    with ProcessPool(target, base.readers) as pool:
+        for prog in progs:
+            session, exc = run(target, prog, config, pool)
+            res.steps += len(session.trace)
+            if exc is not None:
+                res.violations.append(Violation(exc.prop, f"program {prog.name} ({prog.edge}), readers lagging: "
+                                                f"{exc.message}", "boundary", 0, [s.to_json() for s in exc.steps],
+                                                _config_json(config), exc, concurrency="controlled"))
+                config = replace(config, excused=config.excused | {exc.prop})
 
 
 def history_steps(ops: list, prop: str, message: str, culprit: Any = None) -> list[dict[str, Any]]:

@@ -51,7 +51,7 @@ import multiprocess
 from shmspec.impl import storage as impl_storage
 from shmspec.impl import yieldpoints
 
-from .adapter import SnapChunk, Snapshot, StoreAdapter, open_writer, segment_exists
+from .adapter import SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists, warp, warp_counts
 from .loader import LoadedTarget
 from .serde import Blob, Garbage, HarnessSerde
 
@@ -254,6 +254,13 @@ class _Worker:
             elif action == "get_cached":
                 obs = a.get_cached(args["key"])
                 obs_value = encode_value(obs.value)
+            elif action == "warp":  # boundary programs: the warp hooks (adapter.warp)
+                obs = observe(lambda: warp(a.writer, args["start"], args["id"]))
+                obs_value = None
+            elif action == "warp_counts":
+                obs = observe(lambda: warp_counts(a.writer, args["id"], args["address"], args["writer_count"],
+                                                  args["reader_count"]))
+                obs_value = None
             else:
                 raise ValueError(f"unknown action {action!r}")
         finally:

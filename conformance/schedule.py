@@ -180,6 +180,10 @@ class ScheduledSession:
             if self.target.profile.signed:
                 real.update(signature=r.signature, key=r.key)
             return real
+        if action == "warp_counts":  # boundary programs: the chunk of handle ``ref``
+            r = self.ref(args["ref"])
+            return {"address": r.address, "id": r.id, "writer_count": args["writer_count"],
+                    "reader_count": args["reader_count"]}
         return args
 
     def _after(self, proc: str, kind: str, action: str, args: dict, out: StepOutcome) -> LaneStep:

@@ -9,9 +9,10 @@ from types import SimpleNamespace
 import pytest
 
 from shmspec.conformance import adapter
-from shmspec.conformance.boundary import EDGES, programs, run_program
+from shmspec.conformance.boundary import EDGES, programs, run_program, run_program_scheduled
 from shmspec.conformance.gate import BOUNDARY, run_gate
 from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.procs import ProcessPool
 from shmspec.conformance.replay import replay
 from shmspec.conformance.serde import object_nbytes
 from shmspec.conformance.session import SessionConfig
@@ -91,6 +92,38 @@ def test_program_hits_its_edge_and_passes_on_impl(impl, name):
     assert violation is None, f"{violation.prop}: {violation.message}"
     assert session.stopped_early is None and session.closed
     assert _edge_hit(name, session), [(s.action, s.args.get("ref"), s.observed, s.changed) for s in session.trace]
+
+
+@pytest.mark.parametrize("lag", [False, True])
+def test_programs_on_real_processes_pass_on_impl(impl, lag):
+    """The same programs on a writer and two reader processes (the scheduled
+    session's checks after every step); lagging readers stay paused in their
+    get while the writer's next operation runs."""
+    with ProcessPool(impl, CFG.readers) as pool:
+        for prog in programs():
+            session, violation = run_program_scheduled(impl, prog, CFG, pool, lag)
+            assert violation is None, f"{prog.name}: {violation.prop}: {violation.message}"
+            assert session.stopped_early is None
+            if prog.name == "id-wrap":
+                assert [r.id for r in session.refs] == [ID_MAX - 2, ID_MAX - 1, 0, 1]
+            procs = [c["process"] for c in prog.calls]
+            read_then_write = any(p != "writer" and "writer" in procs[i + 1:] for i, p in enumerate(procs))
+            assert _writer_ran_during_a_read(session.trace) == (lag and read_then_write), prog.name
+
+
+def _writer_ran_during_a_read(trace) -> bool:
+    """Whether some writer step ran while a reader's get was in flight."""
+    in_flight: set[str] = set()
+    overlapped = False
+    for st in trace:
+        if st.process != "writer":
+            if st.kind == "start":
+                in_flight.add(st.process)
+            if st.observed is not None:
+                in_flight.discard(st.process)
+        elif in_flight:
+            overlapped = True
+    return overlapped
 
 
 def test_programs_follow_the_geometry():
