@@ -43,9 +43,9 @@ class Campaign:
         return (p.signed or not self.needs_signed) and (p.touch != "none" or not self.needs_touch)
 
 
-# WRAP is evaluated at every step too, but no campaign reaches id wraparound yet
-# (2**31 puts; a warp hook comes with the boundary scenarios), so no campaign
-# claims it: its verdict stays "not-checked" unless it fails.
+# WRAP is evaluated at every step too, but these random campaigns never reach
+# id wraparound (2**31 puts), so none claims it; the gate's boundary campaign
+# (gate.BOUNDARY) does, through the warp hook.
 _EVERY_STEP = {"DISJ", "FIFO", "RC", "LEAK", "CONFORMANCE"}
 CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("core", frozenset({"put", "consume", "put_oversize", "get_cached", "is_cached", "get_live", "writer_get", "free_unused"}),
