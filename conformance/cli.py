@@ -3,6 +3,9 @@
 ``shmspec check [--target T] [--profile ci|dev|deep] [--concurrency controlled|free|off]
 [--seed N] [--report-dir DIR]``
 
+``shmspec prove [--profile P] [--chunks K] [--report-dir DIR]``: z3 obligations
+over the model's ring arithmetic; exit 0 iff every one is proven, 1 otherwise.
+
 Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
   1  at least one violation (verdict "fail");

@@ -264,10 +264,13 @@ def _ob_wrap_bound(k: int, profile: Profile = IMPL) -> Problem:
 
 def _ob_header(k: int, profile: Profile = IMPL) -> Problem:
     r = RingVars.fresh(0)
-    size = z3.Int("size")
+    size, previous = z3.Ints("size previous_id")
     after, ok, address, n = allocate_step(r, size)
+    # the id written is a fresh ring's 0 or one next_id made from an earlier id (clear() keeps such an id
+    # or resets to 0; a warp sets an id checked to lie in [0, 2**31))
+    made = z3.Or(r.id_end == 0, r.id_end == R.next_id(previous, Z3_OPS))
     hyps = [1 <= r.B, r.B <= INT32_MAX, 0 <= r.start, r.start < r.B, r.start <= r.end, r.end <= r.start + r.B,
-            0 <= r.id_end, r.id_end < ID_MAX, ok]
+            previous >= 0, made, ok]
     claim = z3.And(0 <= r.id_end, r.id_end <= INT32_MAX, MIN_CHUNK <= n, n <= INT32_MAX,
                    address % r.B + n <= r.B, address < 2**64)
     return Problem(hyps, claim, "allocate", {"size": size}, r, after, {"address": address, "chunk_size": n})
