@@ -137,3 +137,13 @@ def test_ring_obligations_do_not_depend_on_the_profile(name):
 def test_plan_allocation_still_raises_out_of_space():
     with pytest.raises(OutOfSpace):
         R.plan_allocation(R.Ring(100, start=0, end=96), 20)
+
+
+def test_ids_wrapping_at_2_32_overflow_the_int32_header(monkeypatch):
+    """A model whose ids wrap at 2**32 instead of 2**31: the header obligation
+    is refuted at an id of 2**31 or more (what int2byte cannot encode)."""
+    monkeypatch.setattr(R, "next_id", lambda i, ops=R.INT_OPS: ops.mod(i + 1, 2**32))
+    res = P.check(_ob("header-fields"))
+    assert res.verdict == "refuted" and res.model["id_end"] >= 2**31
+    with pytest.raises(OverflowError):
+        res.model["id_end"].to_bytes(4, "little", signed=True)
