@@ -56,8 +56,12 @@ def build_parser() -> argparse.ArgumentParser:
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
     m.add_argument("--tla-dir", type=Path, default=None, help="folder with ShmStore.tla and MC*.cfg (default: the repository's tla/)")
     m.add_argument("--config", default="MC*.cfg", help="glob of configs to run (default MC*.cfg)")
+    m.add_argument("--deep", action="store_true",
+                   help="run the larger configs of tla/deep/ (TLC only unless --agreement)")
+    m.add_argument("--agreement", action=argparse.BooleanOptionalAction, default=None,
+                   help="enumerate the Python model beside TLC and compare the states (default: on, off with --deep)")
     m.add_argument("--report-dir", type=Path, default=None,
-                   help="directory for model.json (default reports/<time>-model)")
+                   help="directory for model.json and model.html (default reports/<time>-model)")
     pr = sub.add_parser("prove", help="prove the model's ring arithmetic with z3 (obligations by property id)")
     pr.add_argument("--profile", default="impl", choices=sorted(_profiles()),
                     help="model profile the obligations are stated for (the ring arithmetic is shared by all)")
@@ -185,50 +189,30 @@ def _check(args: argparse.Namespace) -> int:
 
 def model(args: argparse.Namespace) -> int:
     """``shmspec model``: exit 0 when every config does what its ``Expected:``
-    line says (what should hold holds, what should fail fails), 1 otherwise,
-    2 when TLC cannot run."""
-    import json
-
-    from rich.table import Table
-
+    line says (what should hold holds, what should fail fails), the model's
+    states equal TLC's and the model follows every counterexample; 1
+    otherwise; 2 when TLC cannot run."""
+    from . import modelcheck
     from .report import default_report_dir
-    from .tlc import TlcError, check_model
+    from .tlc import TlcError
 
     console, err = Console(), Console(stderr=True)
+    report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")
+    problem = _prepare_report_dir(report_dir)
+    if problem:
+        err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    agree = not args.deep if args.agreement is None else args.agreement
     try:
-        with err.status("running TLC"):
-            checks = check_model(args.tla_dir, args.config)
-    except TlcError as exc:
+        with err.status("running TLC") as status:
+            outcomes = modelcheck.run(args.tla_dir, args.config, deep=args.deep, agree=agree,
+                                      on_config=lambda name: status.update(f"TLC and the model on {name}"))
+    except (TlcError, ValueError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
-    t = Table(title="TLC", show_lines=False)
-    for col in ("config", "expected", "got", "states", "distinct", "depth", "time", "verdict"):
-        num = col in ("states", "distinct", "depth", "time")
-        t.add_column(col, justify="right" if num else "left", no_wrap=num, overflow="fold")
-    for c in checks:
-        r = c.result
-        got = f"{r.invariant} fails" if r.invariant else ("all hold" if r.status == "ok" else r.status)
-        t.add_row(c.config.removesuffix(".cfg"), f"{c.expected} fails" if c.expected else "all hold", got,
-                  f"{r.generated:,}", f"{r.distinct:,}", str(r.depth), f"{r.seconds:.1f}s",
-                  "[green]ok[/]" if c.ok else "[red]UNEXPECTED[/]")
-    console.print(t)
-    for c in checks:
-        if c.result.trace:
-            console.print(f"[bold]{c.config}[/]: counterexample to {c.result.invariant}, "
-                          + " → ".join(s.action for s in c.result.trace))
-    report_dir = args.report_dir or default_report_dir("model")
-    report_dir.mkdir(parents=True, exist_ok=True)
-    (report_dir / "model.json").write_text(json.dumps({
-        "schema": "shmspec.model/1",
-        "configs": [{"config": c.config, "expected": c.expected, "ok": c.ok, "status": c.result.status,
-                     "exit_code": c.result.exit_code, "invariant": c.result.invariant,
-                     "generated": c.result.generated, "distinct": c.result.distinct, "depth": c.result.depth,
-                     "seconds": round(c.result.seconds, 3),
-                     "trace": [{"index": s.index, "action": s.action, "variables": s.variables}
-                               for s in c.result.trace]} for c in checks],
-    }, indent=2) + "\n")
-    console.print(f"report: {report_dir / 'model.json'}")
-    return EXIT_PASS if all(c.ok for c in checks) else EXIT_FAIL
+    modelcheck.write(outcomes, report_dir)
+    modelcheck.render(console, outcomes, report_dir, panels=False)
+    return EXIT_PASS if all(o.ok for o in outcomes) else EXIT_FAIL
 
 
 if __name__ == "__main__":  # pragma: no cover

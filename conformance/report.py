@@ -154,6 +154,32 @@ def history_table(v: Violation) -> Table:
     return t
 
 
+def spec_table(v: Violation) -> Table:
+    """A TLC counterexample: one lane per process, one row per spec action
+    (its arguments recovered by the model), what it changed for its process,
+    the live chunks (``id@address:reader_count``, addresses in 8-byte units)
+    and whether the model took the same step."""
+    procs = []
+    for s in v.steps:
+        if s["process"] not in procs and s["process"] not in ("-", "?"):
+            procs.append(s["process"])
+    procs.sort(key=lambda p: (p != "writer", p))
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    t.add_column("#", justify="right", no_wrap=True)
+    for p in procs:
+        t.add_column(p, overflow="fold", min_width=14)
+    t.add_column("ring", overflow="fold")
+    t.add_column("model", no_wrap=True)
+    for s in v.steps[1:]:
+        row = ["" for _ in procs]
+        cell = f"{s['action']} {_short_args(s['args'])}".strip() + (f" ⇒ {s['observed']}" if s["observed"] else "")
+        if s["process"] in procs:
+            row[procs.index(s["process"])] = cell
+        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", s.get("model", ""),
+                  style="bold red" if s["violations"] or s.get("model") == "departs" else None)
+    return t
+
+
 LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resumed   ⇒ R: the operation returned R   "
                 "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
 
@@ -165,8 +191,10 @@ def violation_panel(n: int, v: Violation) -> Panel:
                          f"\ncampaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
+                            else f"{len(v.steps) - 1} spec steps (TLC's shortest counterexample)"
+                            if v.concurrency == "spec"
                             else f"{len(v.steps)} steps after shrinking"))
-    table = {"controlled": lanes_table, "free": history_table}.get(v.concurrency, steps_table)(v)
+    table = {"controlled": lanes_table, "free": history_table, "spec": spec_table}.get(v.concurrency, steps_table)(v)
     parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
     return Panel(Group(*parts), title=f"V{n}", border_style="red")
 

@@ -85,12 +85,59 @@ class TlcResult:
     output: str = field(default="", repr=False)
 
 
-def _expected(cfg: Path) -> str | None:
-    """The invariant a config must violate, or None when every invariant must hold."""
-    m = re.search(r"Expected:\s*(?:every invariant holds|(\w+) violated)", cfg.read_text())
+@dataclass
+class ConfigFile:
+    """A TLC config (``tla/MC*.cfg``) as shmspec reads it.
+
+    Attributes:
+        path: the file.
+        constants: ``CONSTANTS`` name -> TLA+ text of its value.
+        invariants: the ``INVARIANTS`` it lists, in order.
+        expected: the invariants its ``\\* Expected:`` line says TLC must find
+            violated (empty: ``every invariant holds``).
+        comment: the leading comment lines, without ``\\*``.
+    """
+
+    path: Path
+    constants: dict[str, str]
+    invariants: list[str]
+    expected: list[str]
+    comment: str = ""
+
+    @property
+    def name(self) -> str:
+        return self.path.name if self.path.parent.name != "deep" else f"deep/{self.path.name}"
+
+
+def read_config(path: Path) -> ConfigFile:
+    """Read a config's constants, invariants and ``Expected:`` line.
+
+    Raises:
+        TlcError: the file is missing, states no ``Expected:`` line, or expects
+            an invariant it does not list.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise TlcError(f"cannot read {path}: {exc}") from None
+    m = re.search(r"Expected:\s*(every invariant holds|([\w, ]+?) violated)\s*$", text, re.M)
     if not m:
-        raise TlcError(f"{cfg.name} states no '\\* Expected:' line")
-    return m.group(1)
+        raise TlcError(f"{path.name} states no '\\* Expected: every invariant holds' "
+                       "or '\\* Expected: INV, ... violated' line")
+    expected = [x.strip() for x in m.group(2).split(",")] if m.group(2) else []
+    inv = re.search(r"^INVARIANTS?\s+(.*(?:\n[ \t]+\w.*)*)", text, re.M)
+    invariants = inv.group(1).split() if inv else []
+    missing = [e for e in expected if e not in invariants]
+    if missing:
+        raise TlcError(f"{path.name} expects {', '.join(missing)} violated but does not list it under INVARIANTS")
+    block = re.search(r"^CONSTANTS?\s*\n((?:[ \t]+.*\n?)*)", text, re.M)
+    constants = {}
+    for line in (block.group(1).splitlines() if block else []):
+        if "=" in line:
+            k, v = line.split("=", 1)
+            constants[k.strip()] = v.strip()
+    comment = "\n".join(l[2:].strip() for l in text.splitlines() if l.startswith("\\*"))
+    return ConfigFile(path, constants, invariants, expected, comment)
 
 
 def parse_output(config: str, code: int, out: str, seconds: float) -> TlcResult:
@@ -109,8 +156,12 @@ def parse_output(config: str, code: int, out: str, seconds: float) -> TlcResult:
                      generated, distinct, int(depth.group(1)) if depth else 0, seconds, trace, out)
 
 
-def run_tlc(cfg: Path, spec: Path | None = None, jar: Path | None = None, timeout: float = 600.0) -> TlcResult:
-    """Run TLC on ``spec`` (default ``ShmStore.tla`` beside ``cfg``) with one worker.
+def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None = None, timeout: float = 600.0,
+            invariants: list[str] | None = None, dump: Path | None = None) -> TlcResult:
+    """Run TLC on ``spec`` (default: the repository's ``ShmStore.tla``) with one worker.
+
+    ``invariants`` replaces the config's ``INVARIANTS`` line for this run;
+    ``dump`` writes every distinct state TLC reaches to ``<dump>.dump``.
 
     Raises:
         TlcError: java or the jar is missing, or TLC ran past ``timeout`` seconds.
@@ -119,50 +170,98 @@ def run_tlc(cfg: Path, spec: Path | None = None, jar: Path | None = None, timeou
     if java is None:
         raise TlcError("java is not on PATH (TLC needs Java 11 or newer)")
     jar = jar or find_jar()
-    spec = spec or cfg.parent / "ShmStore.tla"
+    path = cfg.path if isinstance(cfg, ConfigFile) else cfg
+    spec = spec or default_tla_dir() / "ShmStore.tla"
     with tempfile.TemporaryDirectory(prefix="shmspec-tlc-") as tmp:
+        text = path.read_text()
+        if invariants is not None:
+            text = re.sub(r"^INVARIANTS?\s+.*(?:\n[ \t]+\w.*)*", "INVARIANTS " + " ".join(invariants), text,
+                          flags=re.M)
+        run_cfg = Path(tmp) / path.name
+        run_cfg.write_text(text)
         # TLC writes its standard modules into java.io.tmpdir and its state
         # files into -metadir: both go to a folder that exists and is ours
         cmd = [java, f"-Djava.io.tmpdir={tmp}", "-XX:+UseParallelGC", "-cp", str(jar), "tlc2.TLC",
-               "-config", str(cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states"),
-               spec.name]
+               "-config", str(run_cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states")]
+        if dump is not None:
+            cmd += ["-dump", str(dump)]
+        cmd.append(spec.name)
         t0 = time.monotonic()
         try:
             p = subprocess.run(cmd, cwd=spec.parent, capture_output=True, text=True, timeout=timeout)
         except subprocess.TimeoutExpired:
-            raise TlcError(f"TLC on {cfg.name} ran past {timeout:g} s") from None
-    return parse_output(cfg.name, p.returncode, p.stdout + p.stderr, time.monotonic() - t0)
+            raise TlcError(f"TLC on {path.name} ran past {timeout:g} s") from None
+    return parse_output(path.name, p.returncode, p.stdout + p.stderr, time.monotonic() - t0)
 
 
 @dataclass
 class ModelCheck:
-    """A config, what it must do, and what TLC did."""
+    """A config, what it must do, and what TLC did.
+
+    ``holds`` is the run with every invariant the config does not expect
+    violated (it must end "ok" and so covers the whole state space);
+    ``found`` maps each expected invariant to the run that checks it alone
+    (it must end in a violation of that invariant, with the shortest trace).
+    """
 
     config: str
-    expected: str | None
-    result: TlcResult
+    expected: list[str]
+    holds: TlcResult
+    found: dict[str, TlcResult] = field(default_factory=dict)
 
     @property
     def ok(self) -> bool:
-        r = self.result
-        if self.expected is None:
-            return r.status == "ok"
-        return r.status == "violation" and r.invariant == self.expected
+        return self.holds.status == "ok" and all(
+            r.status == "violation" and r.invariant == inv for inv, r in self.found.items())
+
+    @property
+    def seconds(self) -> float:
+        return self.holds.seconds + sum(r.seconds for r in self.found.values())
 
 
-def check_model(tla_dir: Path | None = None, pattern: str = "MC*.cfg") -> list[ModelCheck]:
-    """Run every config matching ``pattern`` in ``tla_dir`` (default: the repository's).
+def config_files(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False) -> list[ConfigFile]:
+    """The configs matching ``pattern`` in ``tla_dir`` (default: the
+    repository's ``tla/``), or in its ``deep/`` folder when ``deep``.
+
+    Raises:
+        TlcError: none matches, or one cannot be read.
+    """
+    tla_dir = tla_dir or default_tla_dir()
+    folder = tla_dir / "deep" if deep else tla_dir
+    cfgs = sorted(folder.glob(pattern))
+    if not cfgs:
+        raise TlcError(f"no {pattern} in {folder}")
+    return [read_config(c) for c in cfgs]
+
+
+def check_config(cf: ConfigFile, spec: Path | None = None, jar: Path | None = None,
+                 dump: Path | None = None) -> ModelCheck:
+    """Run TLC on one config: once with the invariants that must hold (with
+    ``dump``, if given), and once per invariant that must be violated.
+
+    Raises:
+        TlcError: TLC cannot run.
+    """
+    jar = jar or find_jar()
+    if spec is None:
+        spec = cf.path.parent / "ShmStore.tla"
+        if not spec.is_file():
+            spec = cf.path.parent.parent / "ShmStore.tla"
+    keep = [i for i in cf.invariants if i not in cf.expected]
+    holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump)
+    found = {inv: run_tlc(cf, spec, jar, invariants=[inv]) for inv in cf.expected}
+    return ModelCheck(cf.name, cf.expected, holds, found)
+
+
+def check_model(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False) -> list[ModelCheck]:
+    """:func:`check_config` for every config of :func:`config_files`.
 
     Raises:
         TlcError: no config found, or TLC cannot run.
     """
-    tla_dir = tla_dir or default_tla_dir()
-    cfgs = sorted(tla_dir.glob(pattern))
-    if not cfgs:
-        raise TlcError(f"no {pattern} in {tla_dir}")
     jar = find_jar()
-    return [ModelCheck(c.name, _expected(c), run_tlc(c, jar=jar)) for c in cfgs]
+    return [check_config(c, jar=jar) for c in config_files(tla_dir, pattern, deep)]
 
 
-__all__ = ["ModelCheck", "TLC_EXIT", "TlcError", "TlcResult", "TraceState", "check_model", "find_jar",
-           "parse_output", "run_tlc"]
+__all__ = ["ConfigFile", "ModelCheck", "TLC_EXIT", "TlcError", "TlcResult", "TraceState", "check_config",
+           "check_model", "config_files", "find_jar", "parse_output", "read_config", "run_tlc"]

@@ -1,55 +1,115 @@
-"""The TLA+ spec under TLC (tla/): what should hold holds, what should fail fails,
-and the spec's actions are the model's atomic steps."""
+"""The TLA+ spec under TLC (tla/) and its agreement with the Python model
+(model/atomic.py): what should hold holds, what should fail fails, both reach
+the same states, counterexamples replay on the model, and the spec's actions
+are the model's atomic steps."""
 
 from __future__ import annotations
 
+import json
 import re
 import shutil
 
 import pytest
 
+from shmspec.conformance import modelcheck
+from shmspec.conformance.agreement import compare, model_config, replay_trace
 from shmspec.conformance.cli import main
-from shmspec.conformance.tlc import check_model, default_tla_dir, parse_output
-from shmspec.model.steps import ATOMIC_STEPS
+from shmspec.conformance.tlc import check_config, config_files, default_tla_dir, parse_output, read_config
+from shmspec.impl import yieldpoints
+from shmspec.model import atomic
+from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
-
-
-def test_every_config_does_what_it_states(tmp_path):
-    checks = {c.config: c for c in check_model()}
-    assert set(checks) == {"MC_impl.cfg", "MC_vllm.cfg", "MC_vllm_old.cfg"}
-    for c in checks.values():
-        assert c.ok, (c.config, c.expected, c.result.status, c.result.invariant, c.result.output[-2000:])
-    hardened = checks["MC_impl.cfg"].result
-    assert hardened.status == "ok" and hardened.distinct > 10_000 and hardened.depth > 10
-    for name in ("MC_vllm.cfg", "MC_vllm_old.cfg"):
-        r = checks[name].result
-        assert r.invariant == "NRR" and r.trace[0].action == "Initial"
-        # the counterexample: a check, then the slot is reused, then the read
-        actions = [s.action for s in r.trace]
-        assert "clear" in actions and actions[-1] == "payload_read"
-        assert r.trace[-1].variables["got"] != "(r1 :> 0 @@ r2 :> 0)"
+java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
 
 
-def test_spec_actions_are_model_steps():
-    src = (default_tla_dir() / "ShmStore.tla").read_text()
-    nxt = src[src.index("Next =="):src.index("Spec ==")]
-    actions = set(re.findall(r"\b([a-z_]+)(?:\(r\))?\s*(?:\\/|$)", nxt, re.M)) - {"r"}
-    assert actions and actions <= set(ATOMIC_STEPS), actions
+@pytest.fixture(scope="module")
+def outcomes():
+    return {o.config.name: o for o in modelcheck.run()}
 
 
-def test_shmspec_model_cli(tmp_path):
-    assert main(["model", "--config", "MC_vllm*.cfg", "--report-dir", str(tmp_path)]) == 0
-    assert (tmp_path / "model.json").is_file()
+@java
+def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcomes):
+    assert set(outcomes) == {"MC_impl.cfg", "MC_impl_reread.cfg", "MC_vllm.cfg", "MC_vllm_old.cfg",
+                             "MC_vllm_reread.cfg"}
+    for name, o in outcomes.items():
+        assert o.ok, (name, o.check.holds.status, o.check.holds.invariant, o.agreement)
+        a = o.agreement
+        # the same set of abstract states, so the same counts, and the same BFS depth
+        assert a.ok and a.tlc_distinct == a.model_distinct > 1000
+        assert a.tlc_depth == a.model_depth and a.tlc_generated == a.model_generated
+    assert outcomes["MC_impl.cfg"].agreement.model_violated == []
+    assert outcomes["MC_impl_reread.cfg"].agreement.model_violated == []
+    for name in ("MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"):
+        assert outcomes[name].agreement.model_violated == ["CLR", "NRR", "RC"]
 
 
+@java
+def test_counterexamples_replay_on_the_model_and_render_as_lanes(outcomes, tmp_path):
+    o = outcomes["MC_vllm_old.cfg"]
+    (v, replay), = [(v, r) for v, r in o.counterexamples if v.property == "NRR"]
+    assert replay.model_departs is None
+    actions = [s["action"] for s in v.steps]
+    # vLLM < 0.32: a clear resets ids, so a new chunk at the same address has the handle's id
+    assert actions[0] == "Initial" and "clear" in actions and actions[-1] == "payload_read"
+    assert v.steps[-1]["process"] == "r1" and v.steps[-1]["violations"][0]["property"] == "NRR"
+    assert "deserialized o2 for handle h0(0,0), which holds o1" in v.message
+    assert v.steps[-1]["args"] == {} and any(s["args"].get("handle") == "h0(0,0)" for s in v.steps)
+    modelcheck.write([o], tmp_path)
+    data = json.loads((tmp_path / "model.json").read_text())
+    assert data["schema"] == "shmspec.model/2" and data["ok"] is True
+    cex = data["configs"][0]["counterexamples"]
+    assert {c["property"] for c in cex} == {"NRR", "CLR", "RC"} and all(c["model_departs"] is None for c in cex)
+    html = (tmp_path / "model.html").read_text()
+    assert "payload_read" in html and "reader_check" in html and "spec steps" in html
+
+
+@java
+def test_a_model_that_departs_is_named(outcomes):
+    """Replaying a trace on a model with a different protocol: the first step
+    it cannot take is reported."""
+    o = outcomes["MC_vllm.cfg"]
+    _, res = next((inv, r) for inv, r in o.check.found.items() if inv == "NRR")
+    hardened = atomic.Config(**{**model_config(o.config).__dict__, "hardened": True})
+    replay = replay_trace(hardened, res.trace)
+    # the hardened reader's check of a cleared handle fails, so it never reaches payload_read
+    assert replay.model_departs is not None and res.trace[replay.model_departs].action in ("reader_check",
+                                                                                             "payload_read")
+
+
+@java
 def test_a_wrong_expectation_fails(tmp_path):
     """A config that claims NRR holds for the vLLM protocol makes `shmspec model` exit 1."""
-    for f in ("ShmStore.tla", "MC_vllm.cfg"):
-        shutil.copy(default_tla_dir() / f, tmp_path / f)
-    cfg = tmp_path / "MC_vllm.cfg"
-    cfg.write_text(cfg.read_text().replace("Expected: NRR violated", "Expected: every invariant holds"))
-    assert main(["model", "--tla-dir", str(tmp_path), "--report-dir", str(tmp_path / "r")]) == 1
+    shutil.copy(default_tla_dir() / "ShmStore.tla", tmp_path / "ShmStore.tla")
+    cfg = (default_tla_dir() / "MC_vllm_reread.cfg").read_text()
+    (tmp_path / "MC_vllm_reread.cfg").write_text(cfg.replace("Expected: NRR, CLR, RC violated",
+                                                              "Expected: CLR, RC violated"))
+    assert main(["model", "--tla-dir", str(tmp_path), "--report-dir", str(tmp_path / "r"), "--no-agreement"]) == 1
+    data = json.loads((tmp_path / "r" / "model.json").read_text())
+    assert data["configs"][0]["status"] == "violation"
+
+
+@java
+def test_agreement_catches_a_spec_that_differs_from_the_model(tmp_path):
+    """A spec whose clear() forgets to reset start: TLC's states and the model's differ."""
+    src = (default_tla_dir() / "ShmStore.tla").read_text()
+    broken = src.replace("chunks' = <<>> /\\ start' = 0 /\\ end' = 0", "chunks' = <<>> /\\ end' = 0 /\\ start' = start")
+    assert broken != src
+    (tmp_path / "ShmStore.tla").write_text(broken)
+    shutil.copy(default_tla_dir() / "MC_impl_reread.cfg", tmp_path / "MC_impl_reread.cfg")
+    cf = read_config(tmp_path / "MC_impl_reread.cfg")
+    dump = tmp_path / "states"
+    check = check_config(cf, spec=tmp_path / "ShmStore.tla", dump=dump)
+    a = compare(cf, check.holds, tmp_path / "states.dump")
+    assert not a.ok and (a.only_tlc or a.only_model) and (a.sample_only_tlc or a.sample_only_model)
+
+
+def test_read_config_parses_constants_and_expectations():
+    cf = read_config(default_tla_dir() / "MC_vllm.cfg")
+    assert cf.expected == ["NRR", "CLR", "RC"]
+    assert {"TypeOK", "NRR", "CLR", "DISJ", "FIFO", "WRAP", "DUP", "RC"} == set(cf.invariants)
+    cfg = model_config(cf)
+    assert cfg.readers == ("r1", "r2") and cfg.ring_units == 5 and not cfg.hardened and cfg.read_once
+    assert [c.name for c in config_files(deep=True)] == [f"deep/{c.path.name}" for c in config_files()]
 
 
 def test_parse_output_reads_counts_and_trace():
@@ -62,3 +122,20 @@ def test_parse_output_reads_counts_and_trace():
     assert (r.status, r.invariant, r.generated, r.distinct, r.depth) == ("violation", "NRR", 150, 81, 7)
     assert [(s.index, s.action) for s in r.trace] == [(1, "Initial"), (2, "publish")]
     assert r.trace[0].variables == {"x": "0", "y": "( 0 :> 1 @@ 1 :> 2 )"}
+
+
+def test_spec_actions_model_steps_and_impl_yield_points_are_one_set():
+    src = (default_tla_dir() / "ShmStore.tla").read_text()
+    nxt = src[src.index("Next =="):src.index("Spec ==")]
+    spec_actions = set(re.findall(r"\b([a-z_]+)\s*(?:\(\w+(?:, \w+)*\))?\s*(?:\\/|$)", nxt, re.M))
+    cfg = atomic.Config(("r1",), 5, (2,), ("k1",), 3, 2, 2, True, False, False)
+    model_actions, frontier, seen = set(), [atomic.initial(cfg)], set()
+    while frontier:
+        s = frontier.pop()
+        for step, t in atomic.successors(cfg, s):
+            model_actions.add(step.name)
+            if t not in seen:
+                seen.add(t)
+                frontier.append(t)
+    assert spec_actions == model_actions == set(ATOMIC_STEPS) - set(LOCK_STEPS)
+    assert set(yieldpoints.READ_POINTS) | set(yieldpoints.WRITE_POINTS) == spec_actions

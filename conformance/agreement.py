@@ -1,0 +1,236 @@
+"""Agreement between the TLA+ spec (run by TLC) and the Python model.
+
+Both describe one transition system: ``tla/ShmStore.tla`` and
+:mod:`shmspec.model.atomic`.  This module ties them together:
+
+- :func:`abstract` is the one mapping from a state TLC prints to a model
+  :class:`~shmspec.model.atomic.State`: each spec variable goes to the field
+  of the same name in snake case; records become tuples in the field order the
+  model documents (a chunk ``(abs, addr, size, id, key)``, a memory cell
+  ``(id, size, cnt, obj)``, a handle ``(abs, addr, id, obj)``); functions over
+  Readers become tuples in sorted reader order; ``issued`` becomes a sorted
+  tuple.  States are then compared up to the spec's symmetry
+  (:func:`~shmspec.model.atomic.canonical`).
+- :func:`compare` checks that breadth-first enumeration of the model reaches
+  exactly the states TLC reached (``-dump``), and reports counts side by side
+  with a sample of any difference.
+- :func:`replay_trace` replays a TLC error trace on the model step by step and
+  names the first step the model cannot take; :func:`counterexample` turns the
+  trace into a :class:`~.gate.Violation` that the gate's report renderer draws.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..model import atomic
+from ..model.atomic import GARBAGE, NO_OBJ, Config, State
+from .gate import Violation
+from .tlavalue import parse_dump, parse_state, parse_value
+from .tlc import ConfigFile, TlcResult, TraceState
+
+SAMPLE = 3
+"""States shown of each side of a difference."""
+
+
+def model_config(cf: ConfigFile) -> Config:
+    """The model's :class:`Config` from a TLC config's constants.
+
+    Raises:
+        ValueError: a constant is missing, unparsable or out of range.
+    """
+    return Config.from_constants({k: parse_value(v) for k, v in cf.constants.items()})
+
+
+def abstract(cfg: Config, v: dict[str, Any]) -> State:
+    """The model state of a TLC state (``{variable: parsed value}``); see the
+    module docstring for the mapping.
+
+    Raises:
+        KeyError: a spec variable is missing (the spec and model disagree on
+            their variables).
+    """
+    R = cfg.readers
+
+    def h(x: dict) -> tuple[int, int, int, int]:
+        return (x["abs"], x["addr"], x["id"], x["obj"])
+
+    mem = v["mem"]
+    return State(
+        v["start"], v["end"], v["idStart"], v["idEnd"],
+        tuple((c["abs"], c["addr"], c["size"], c["id"], c["key"]) for c in v["chunks"]),
+        tuple((mem[u]["id"], mem[u]["size"], mem[u]["cnt"], mem[u]["obj"]) for u in range(cfg.ring_units)),
+        v["wpc"], v["pubStart"], v["pubEnd"], v["puts"], tuple(sorted(h(x) for x in v["issued"])), v["clearAt"],
+        tuple(v["pc"][r] for r in R), tuple(h(v["hd"][r]) for r in R), tuple(v["hsz"][r] for r in R),
+        tuple(v["copy"][r] for r in R), tuple(v["got"][r] for r in R), tuple(v["floor"][r] for r in R),
+        tuple(tuple(v["starts"][r][a] for a in range(cfg.max_puts)) for r in R),
+    )
+
+
+@dataclass
+class Agreement:
+    """TLC's and the model's state spaces of one config, side by side."""
+
+    config: str
+    tlc_distinct: int
+    tlc_generated: int
+    tlc_depth: int
+    model_distinct: int
+    model_generated: int
+    model_depth: int
+    only_tlc: int
+    only_model: int
+    sample_only_tlc: list[State] = field(default_factory=list)
+    sample_only_model: list[State] = field(default_factory=list)
+    model_violated: list[str] = field(default_factory=list)
+    model_seconds: float = 0.0
+
+    @property
+    def ok(self) -> bool:
+        """The two sets of abstract states are equal."""
+        return self.only_tlc == 0 and self.only_model == 0 and self.tlc_distinct == self.model_distinct
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "config": self.config, "agree": self.ok,
+            "tlc": {"distinct": self.tlc_distinct, "generated": self.tlc_generated, "depth": self.tlc_depth},
+            "model": {"distinct": self.model_distinct, "generated": self.model_generated, "depth": self.model_depth,
+                      "seconds": round(self.model_seconds, 3), "violated": self.model_violated},
+            "only_tlc": self.only_tlc, "only_model": self.only_model,
+            "sample_only_tlc": [s._asdict() for s in self.sample_only_tlc],
+            "sample_only_model": [s._asdict() for s in self.sample_only_model],
+        }
+
+
+def compare(cf: ConfigFile, holds: TlcResult, dump: Path) -> Agreement:
+    """Enumerate the model for ``cf`` and compare with TLC's ``dump`` of the
+    run ``holds`` (the run that covers the whole state space).
+
+    Raises:
+        OSError: the dump file is missing.
+        ValueError: the config's constants do not make a model config.
+    """
+    cfg = model_config(cf)
+    tlc_states = {atomic.canonical(cfg, abstract(cfg, v)) for v in parse_dump(dump.read_text())}
+    t0 = time.monotonic()
+    ex = atomic.explore(cfg)
+    seconds = time.monotonic() - t0
+    only_tlc = tlc_states - ex.states
+    only_model = ex.states - tlc_states
+    return Agreement(cf.name, holds.distinct, holds.generated, holds.depth, len(ex.states), ex.generated, ex.depth,
+                     len(only_tlc), len(only_model), sorted(only_tlc)[:SAMPLE], sorted(only_model)[:SAMPLE],
+                     sorted(ex.violated), seconds)
+
+
+# --------------------------------------------------------------- traces
+@dataclass
+class TraceReplay:
+    """A TLC trace replayed on the model: the model's step (with the
+    arguments TLC does not print) for each trace step it could follow, and
+    the index of the first trace step it could not take (``None``: it
+    followed the whole trace)."""
+
+    states: list[State]
+    steps: list[atomic.Step | None]
+    model_departs: int | None
+
+
+def trace_states(cfg: Config, trace: list[TraceState]) -> list[State]:
+    """The model states of a TLC trace's states."""
+    return [abstract(cfg, parse_state("\n".join(f"/\\ {k} = {t}" for k, t in s.variables.items())))
+            for s in trace]
+
+
+def replay_trace(cfg: Config, trace: list[TraceState]) -> TraceReplay:
+    """Follow a TLC error trace on the model, step by step (up to symmetry)."""
+    states = trace_states(cfg, trace)
+    steps: list[atomic.Step | None] = [None]
+    if atomic.canonical(cfg, states[0]) != atomic.canonical(cfg, atomic.initial(cfg)):
+        return TraceReplay(states, steps, 0)
+    cur = atomic.initial(cfg)
+    for i in range(1, len(trace)):
+        hit = atomic.follow(cfg, cur, trace[i].action, states[i])
+        if hit is None:
+            return TraceReplay(states, steps, i)
+        steps.append(hit[0])
+        cur = hit[1]
+    return TraceReplay(states, steps, None)
+
+
+def _obj(t: int) -> str:
+    return "garbage" if t == GARBAGE else "-" if t == NO_OBJ else f"o{t}"
+
+
+def _handle(h: tuple) -> str:
+    return f"h{h[0]}({h[1]},{h[2]})"
+
+
+def _ring(s: State) -> list[str]:
+    """Live chunks as ``id@address:reader_count`` (address in units)."""
+    return [f"{c[3]}@{c[1]}:{s.mem[c[1] % len(s.mem)][2]}" for c in s.chunks]
+
+
+def _observed(cfg: Config, before: State, after: State, step: atomic.Step | None) -> str:
+    if step is None:
+        return ""
+    if step.process == atomic.WRITER:
+        if step.name == "publish":
+            return "handle " + _handle(after.issued[-1] if after.issued else atomic.NO_HANDLE)
+        if step.name == "payload_write":
+            return ""
+        return f"start={after.start} end={after.end} ids {after.id_start}..{after.id_end}"
+    i = cfg.readers.index(step.process)
+    parts = [f"{before.pc[i]}→{after.pc[i]}"]
+    if after.copy[i] != before.copy[i]:
+        parts.append(f"copied {_obj(after.copy[i])}")
+    if after.got[i] != before.got[i]:
+        parts.append(f"got {_obj(after.got[i])}")
+    return " ".join(parts)
+
+
+MESSAGES = {
+    "NRR": "a reader deserialized {got} for handle {h}, which holds {want}",
+    "CLR": "a get that started after clear() returned {got}, put before that clear",
+    "RC": "a live chunk's reader_count exceeds the gets started on it",
+}
+
+
+def counterexample(cf: ConfigFile, invariant: str, result: TlcResult, replay: TraceReplay) -> Violation:
+    """A TLC counterexample as a gate :class:`~.gate.Violation` (concurrency
+    ``"spec"``): one lane step per trace step, with the process and arguments
+    recovered by the model, what the step changed, and the live chunks."""
+    cfg = model_config(cf)
+    states = replay.states
+    steps = []
+    for i, ts in enumerate(result.trace):
+        step = replay.steps[i] if i < len(replay.steps) else None
+        prev = states[i - 1] if i else states[0]
+        changed = {k: t for k, t in ts.variables.items() if i and result.trace[i - 1].variables.get(k) != t}
+        steps.append({
+            "index": i, "process": step.process if step else ("-" if i == 0 else "?"), "kind": "step",
+            "action": ts.action, "args": {k: (_handle(v) if k == "handle" else v) for k, v in step.args} if step else {},
+            "yield_point": None, "observed": _observed(cfg, prev, states[i], step) if i else "initial state",
+            "ring": _ring(states[i]), "changed": changed,
+            "model": "departs" if replay.model_departs == i else ("ok" if step or i == 0 else "not reached"),
+            "violations": [],
+        })
+    last = states[-1]
+    msg = f"{invariant} violated after {len(steps) - 1} steps"
+    for r, (g, h) in enumerate(zip(last.got, last.hd)):
+        if invariant == "NRR" and g not in (NO_OBJ, h[3]):
+            msg = MESSAGES["NRR"].format(got=_obj(g), h=_handle(h), want=_obj(h[3])) + f" (reader {cfg.readers[r]})"
+        if invariant == "CLR" and g != NO_OBJ and h[0] < last.floor[r]:
+            msg = MESSAGES["CLR"].format(got=_obj(g)) + f" (reader {cfg.readers[r]}, handle {_handle(h)})"
+    if invariant == "RC":
+        msg = MESSAGES["RC"]
+    steps[-1]["violations"] = [{"property": invariant, "message": msg}]
+    return Violation(invariant, msg, f"tlc {cf.name}", 0, steps,
+                     {"config": cf.name, "constants": cf.constants,
+                      "model_departs": replay.model_departs}, concurrency="spec")
+
+
+__all__ = ["Agreement", "TraceReplay", "abstract", "compare", "counterexample", "model_config", "replay_trace",
+           "trace_states"]
