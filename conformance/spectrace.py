@@ -1,0 +1,579 @@
+"""Replay a behaviour of the TLA+ spec on a real target, step by step.
+
+A *behaviour* is a sequence of the spec's actions with their arguments
+(:class:`~shmspec.model.atomic.Step`) and the spec states they reach: a TLC
+counterexample replayed on the model (:func:`.agreement.replay_trace`, see
+:func:`behaviour_of`), or a path through TLC's state graph
+(:mod:`.spectests`).  :func:`replay_on_target` runs it as a controlled
+schedule on real writer and reader processes (a
+:class:`~.schedule.ScheduledSession` over a :class:`~.procs.ProcessPool`) and
+after every step compares what the target observed with what the spec state
+says (:class:`Observation`); the first step where they differ is where the
+target *departs*.
+
+Step mapping.  A process is paused just before a yield point; one spec step
+advances it from the yield point where that step begins to the one where the
+process's next spec step begins (or to the end of its operation):
+
+==================  ===========================  ==============================
+spec action         impl (hardened, copies out)  vLLM (deserializes in place)
+==================  ===========================  ==============================
+header_write(k, n)  ``put`` started, to          the whole ``put`` (the writer
+                    ``payload_write``            has no yield points)
+payload_write       to ``publish``               nothing (done by the put)
+publish             to the end of the put        nothing (done by the put)
+free_step           ``free_unused`` (started if  ``free_unused``, whole
+                    idle) past one ``free_step``
+clear               the whole ``clear()``        the whole ``clear()``
+reader_check(r, h)  ``get(h)`` started, past     ``get(h)`` started, past
+                    ``reader_check``             ``reader_check`` (header id)
+payload_read(r)     past ``payload_read`` (copy) past ``deserialize`` (in place)
+reader_check(r)     past the re-check            (no such step)
+counter_increment   lock, check, count, unlock   lock, count, unlock
+deserialize(r)      past ``deserialize``         (no such step)
+==================  ===========================  ==============================
+
+A target's read path is chosen by its profile: ``lenient_stale`` profiles
+(vLLM's) deserialize in place, the others (impl) copy, re-check and then
+deserialize.  impl's ``free_unused`` reclaims every reclaimable chunk from the
+oldest while holding the reader lock: after one spec ``free_step`` the writer
+stays paused before its next ``free_step`` (if any), and the next writer step
+of another kind first runs ``free_unused`` to its end.
+
+Geometry.  One spec unit is :data:`UNIT_BYTES` bytes (the spec's 8-byte unit
+cannot hold the harness serde's 8 bytes of metadata): a chunk of ``n`` units
+is ``n * UNIT_BYTES`` bytes, its 8-byte header included, so the object put by
+allocation ``a`` into a chunk of ``n`` units carries ``n * UNIT_BYTES - 20``
+data bytes (4 of reader_count and 8 of harness metadata, see
+:mod:`.serde`).  Ring placement, the wrap jump and FIFO free are linear in
+the unit, so every address and size the target reports is the spec's times
+:data:`UNIT_BYTES`.  ``max_object_size`` is the ring size: every object fits,
+and ``free_unused``'s ``2 * max_object_size`` bound never stops a reclaim
+early.  Ids are the target's (modulo ``2**31``): the replay is exact while
+no spec id wraps (``IdMod`` at least the puts of the behaviour).
+"""
+
+from __future__ import annotations
+
+import struct
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from shmspec.model import atomic
+from shmspec.model.atomic import GARBAGE, NO_OBJ, WRITER, Config, State, Step
+from shmspec.model.properties import PROPERTY_IDS
+
+from .agreement import TraceReplay
+from .loader import LoadedTarget
+from .procs import ProcessPool, ScheduleError, StepOutcome
+from .schedule import ScheduledSession
+from .serde import COUNT_BYTES, MD_BYTES
+from .session import SessionConfig
+
+UNIT_BYTES = 16
+"""Bytes per spec unit on the target (at least 12, so every object's data
+holds its 4-byte allocation number)."""
+HEADER_BYTES = 8
+"""The store's chunk header, ``[id: int32][chunk_size: int32]``."""
+
+WRITE_BEGINS = ("header_write", "payload_write", "publish", "free_step", "clear")
+"""Writer yield points where a spec step begins (lock points are inside steps)."""
+COPY_READ = (("check", "reader_check"), ("payload_read", "payload_read"), ("recheck", "reader_check"),
+             ("counter_increment", "lock_acquire"), ("deserialize", "deserialize"))
+"""impl's read path: each spec read step and the yield point it begins at."""
+IN_PLACE_READ = (("check", "reader_check"), ("payload_read", "deserialize"), ("counter_increment", "lock_acquire"))
+"""vLLM's read path (0.11 - 0.33): the id check, deserialize in place, count."""
+
+
+# ------------------------------------------------------------------ geometry
+@dataclass(frozen=True)
+class Geometry:
+    """A spec config's store on a target, in bytes."""
+
+    unit: int
+    ring_bytes: int
+    max_object_size: int
+
+    def session_config(self, cfg: Config) -> SessionConfig:
+        """The scheduled session's config: every property excused (recorded,
+        not raised), so a replay observes the whole behaviour."""
+        return SessionConfig(self.ring_bytes, self.max_object_size, len(cfg.readers), tuple(cfg.readers),
+                             compare_state=False, excused=frozenset(PROPERTY_IDS) | {"CONFORMANCE"})
+
+
+def geometry(cfg: Config, unit: int = UNIT_BYTES) -> Geometry:
+    """The byte geometry of ``cfg`` (see the module docstring).
+
+    Raises:
+        ValueError: ``unit`` below 12 bytes.
+    """
+    if unit < HEADER_BYTES + COUNT_BYTES:
+        raise ValueError(f"a unit of {unit} bytes cannot hold a chunk's header and reader_count")
+    ring = cfg.ring_units * unit
+    return Geometry(unit, ring, ring)
+
+
+def object_data(geo: Geometry, abs_: int, size: int) -> bytes:
+    """The data bytes put by allocation ``abs_`` into a chunk of ``size``
+    units: its number (4 bytes LE), then a fill byte of its own, so that the
+    chunk is exactly ``size * geo.unit`` bytes and every object differs."""
+    n = size * geo.unit - HEADER_BYTES - COUNT_BYTES - MD_BYTES
+    body = struct.pack("<I", abs_)
+    return (body + bytes([0x41 + abs_ % 26]) * n)[:n] if n < 4 else body + bytes([0x41 + abs_ % 26]) * (n - 4)
+
+
+# -------------------------------------------------------------- observations
+@dataclass(frozen=True)
+class Observation:
+    """What one step showed: the acting process's ``outcome`` (``passed``,
+    ``stale``, ``deserialized o2``, ``freed id 0``, ...) and the writer's
+    ``ring`` afterwards in spec units: ``(start, end, id_start, id_end,
+    ((id, address, size, reader_count), ...))``, the reader_count of a chunk
+    not yet published being ``None`` (the spec leaves it at the old value)."""
+
+    outcome: str
+    ring: tuple
+
+    def render(self) -> str:
+        r = self.ring
+        if not r:
+            return self.outcome
+        chunks = " ".join(f"{c[0]}@{c[1]}+{c[2]}:{'?' if c[3] is None else c[3]}" for c in r[4])
+        return f"{self.outcome}; ring {r[0]}..{r[1]} ids {r[2]}..{r[3]} [{chunks}]"
+
+
+def obj_name(tag: int) -> str:
+    """An object tag as the spec names it: ``o<allocation + 1>``, ``garbage``, ``-``."""
+    return "garbage" if tag == GARBAGE else "-" if tag == NO_OBJ else f"o{tag}"
+
+
+def _read_kind(step: Step) -> str:
+    if step.name == "reader_check":
+        return "check" if step.args else "recheck"
+    return step.name
+
+
+def spec_ring(cfg: Config, s: State) -> tuple:
+    """The writer's ring of spec state ``s`` (:class:`Observation`'s ``ring``)."""
+    published = len(s.chunks) if s.wpc == "idle" else len(s.chunks) - 1
+    return (s.start, s.end, s.id_start, s.id_end,
+            tuple((c[3], c[1], c[2], s.mem[c[1] % cfg.ring_units][2] if i < published else None)
+                  for i, c in enumerate(s.chunks)))
+
+
+def expected(cfg: Config, before: State, after: State, step: Step) -> Observation:
+    """What the spec says step ``step`` from ``before`` to ``after`` shows."""
+    ring = spec_ring(cfg, after)
+    if step.process == WRITER:
+        if step.name == "header_write":
+            c = after.chunks[-1]
+            return Observation(f"allocated id {c[3]} at {c[1]} ({c[2]} units)", ring)
+        if step.name == "payload_write":
+            return Observation("payload written", ring)
+        if step.name == "publish":
+            ab = dict(step.args)["abs"]
+            h = next(x for x in after.issued if x[0] == ab)
+            return Observation(f"handle h{ab} = ({h[1]}, {h[2]})", ring)
+        if step.name == "free_step":
+            return Observation(f"freed id {before.chunks[0][3]}", ring)
+        return Observation("cleared", ring)
+    i = cfg.readers.index(step.process)
+    kind = _read_kind(step)
+    pc = after.pc[i]
+    if kind in ("check", "recheck"):
+        return Observation("passed" if pc != "idle" else "stale", ring)
+    if kind == "payload_read":
+        return Observation("copied" if cfg.hardened else f"deserialized {obj_name(after.got[i])}", ring)
+    if kind == "counter_increment":
+        return Observation("stale" if cfg.hardened and pc == "idle" else "counted", ring)
+    return Observation(f"deserialized {obj_name(after.got[i])}", ring)
+
+
+# ------------------------------------------------------------------ behaviour
+@dataclass
+class Behaviour:
+    """Spec steps with the spec states around them: ``states[i]`` is reached
+    by ``steps[i]`` (``steps[0]`` is None: ``states[0]`` is Init)."""
+
+    states: list[State]
+    steps: list[Step | None]
+
+
+def recover_step(cfg: Config, before: State, after: State, action: str) -> Step:
+    """The step named ``action`` from ``before`` to ``after``, its process and
+    arguments read off the state difference (for trace steps the model could
+    not follow).
+
+    Raises:
+        ValueError: no reader changed on a reader action.
+    """
+    if action in ("header_write", "payload_write", "publish", "free_step", "clear"):
+        if action == "header_write":
+            c = after.chunks[-1]
+            return Step(action, WRITER, (("key", c[4]), ("size", c[2])))
+        if action == "free_step":
+            return Step(action, WRITER, (("abs", before.chunks[0][0]),))
+        if action == "clear":
+            return Step(action, WRITER)
+        return Step(action, WRITER, (("abs", after.chunks[-1][0]),))
+    for i, r in enumerate(cfg.readers):
+        if before.starts[i] != after.starts[i]:
+            return Step(action, r, (("handle", after.hd[i]),))
+        if before.pc[i] != after.pc[i]:
+            return Step(action, r)
+    raise ValueError(f"no reader changed in the {action} step")
+
+
+def behaviour_of(cfg: Config, replay: TraceReplay, actions: list[str]) -> Behaviour:
+    """The concrete behaviour of a replayed TLC trace (``actions[i]``: the
+    trace's action names): the model's steps and states while it followed the
+    trace; after the step where it departed, TLC's states as printed with
+    each step read off their difference (:func:`recover_step`)."""
+    follow = replay.model_departs != 0
+    states: list[State] = [atomic.initial(cfg) if follow else replay.states[0]]
+    steps: list[Step | None] = [None]
+    for i in range(1, len(replay.states)):
+        step = replay.steps[i] if follow and i < len(replay.steps) else None
+        nxt = None
+        if step is not None:
+            nxt = next((t for st, t in atomic.successors(cfg, states[-1]) if st == step), None)
+        if nxt is None:
+            if follow:  # from here on, TLC's states as printed
+                follow = False
+                states[-1] = replay.states[i - 1]
+            step = recover_step(cfg, replay.states[i - 1], replay.states[i], actions[i])
+            nxt = replay.states[i]
+        states.append(nxt)
+        steps.append(step)
+    return Behaviour(states, steps)
+
+
+# ---------------------------------------------------------------- the target
+@dataclass
+class StepResult:
+    """One spec step on the target: ``index`` into the behaviour, the step,
+    the spec's and the target's observations, and the scheduled steps taken."""
+
+    index: int
+    step: Step
+    spec: Observation
+    target: Observation
+    lanes: list[dict[str, Any]] = field(default_factory=list)
+
+    @property
+    def agrees(self) -> bool:
+        return self.spec == self.target
+
+    def to_json(self) -> dict[str, Any]:
+        return {"index": self.index, "action": self.step.name, "process": self.step.process,
+                "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.step.args},
+                "spec": self.spec.render(), "target": self.target.render(), "agrees": self.agrees,
+                "scheduled": self.lanes}
+
+
+@dataclass
+class TargetReplay:
+    """A behaviour replayed on a target.
+
+    ``departs``: index of the first step whose observations differ (None: the
+    target followed every step); ``violations``: what the scheduled session's
+    own checks saw on the target during the replayed steps (``(property,
+    message)``, e.g. NRR when a reader deserialized another object; what
+    finishing the operations still in flight shows afterwards is not
+    included); ``error``: a harness
+    failure (a process that did not respond), which also ends the replay.
+    """
+
+    target: str
+    steps: list[StepResult]
+    departs: int | None
+    violations: list[tuple[str, str]]
+    seconds: float
+    error: str | None = None
+
+    @property
+    def departure(self) -> StepResult | None:
+        return next((s for s in self.steps if s.index == self.departs), None)
+
+    def summary(self) -> str:
+        """One line: followed to the end, or where and how the target departs."""
+        seen = sorted({p for p, _ in self.violations})
+        tail = f"; the target's checks saw {', '.join(seen)}" if seen else ""
+        d = self.departure
+        if d is None:
+            return f"{self.target} follows all {len(self.steps)} steps{tail} ({self.seconds:.2f} s)"
+        return (f"{self.target} departs at step {d.index} {d.step.name}({d.step.process}): spec "
+                f"{d.spec.outcome!r}, target {d.target.outcome!r}{tail} ({self.seconds:.2f} s)")
+
+    def to_json(self) -> dict[str, Any]:
+        return {"target": self.target, "departs": self.departs, "seconds": round(self.seconds, 3),
+                "error": self.error, "summary": self.summary(),
+                "violations": [{"property": p, "message": m} for p, m in self.violations],
+                "steps": [s.to_json() for s in self.steps]}
+
+
+def departs_first(model_departs: int | None, target_departs: int | None) -> str | None:
+    """Which of spec, model and target departs first from a spec behaviour:
+    ``"model"`` or ``"target"`` (the earlier one), ``"spec"`` when both depart
+    at the same step (the spec is then the odd one out), None when the model
+    and the target follow it to the end."""
+    if model_departs is None and target_departs is None:
+        return None
+    if target_departs is None or (model_departs is not None and model_departs < target_departs):
+        return "model"
+    if model_departs is None or target_departs < model_departs:
+        return "target"
+    return "spec"
+
+
+class _Recorder:
+    """A pool that remembers the last :class:`StepOutcome` (the session keeps
+    only its rendering)."""
+
+    def __init__(self, pool: ProcessPool):
+        self._pool = pool
+        self.last: StepOutcome | None = None
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._pool, name)
+
+    def start(self, *a: Any, **k: Any) -> StepOutcome:
+        self.last = self._pool.start(*a, **k)
+        return self.last
+
+    def advance(self, *a: Any, **k: Any) -> StepOutcome:
+        self.last = self._pool.advance(*a, **k)
+        return self.last
+
+
+class _Run:
+    """One behaviour on one target (see :func:`replay_on_target`)."""
+
+    def __init__(self, cfg: Config, geo: Geometry, target: LoadedTarget, pool: ProcessPool):
+        self.cfg, self.geo, self.target = cfg, geo, target
+        self.pool = _Recorder(pool)
+        self.session = ScheduledSession(self.pool, target, geo.session_config(cfg))  # type: ignore[arg-type]
+        self.read_path = dict(IN_PLACE_READ if target.profile.lenient_stale else COPY_READ)
+        self.read_order = [k for k, _ in (IN_PLACE_READ if target.profile.lenient_stale else COPY_READ)]
+        self.refs: dict[int, str] = {}
+        """spec allocation number -> the session's ref of the target's handle."""
+        self.tags: dict[bytes, int] = {}
+        self.put_abs: int | None = None
+        self.put_handle: tuple[int, int] | None = None
+        self.seen: dict[str, int] = {}
+        self.lanes: list[dict[str, Any]] = []
+
+    # -- plumbing
+    def _exec(self, proc: str, kind: str, action: str = "", args: dict | None = None) -> StepOutcome:
+        step: dict[str, Any] = {"process": proc, "kind": kind}
+        if kind == "start":
+            step.update(action=action, args=args or {})
+        refs = len(self.session.refs)
+        lane = self.session.execute(step)
+        self.lanes.append(lane.to_json())
+        out = self.pool.last
+        assert out is not None
+        if proc == WRITER and out.result is not None and len(self.session.refs) > refs and self.put_abs is not None:
+            self.refs[self.put_abs] = self.session.refs[-1].ref
+            h = out.result["value"]["handle"]
+            self.put_handle = (h[0], h[1])
+        return out
+
+    def _point(self, proc: str) -> str | None:
+        return self.pool.procs[proc].point
+
+    def _units(self, v: int) -> int | str:
+        return v // self.geo.unit if v % self.geo.unit == 0 else f"{v}B"
+
+    def ring(self, mask_last: bool) -> tuple:
+        snap = self.session.snap
+        if snap is None:
+            return ("?",)
+        chunks = tuple((c.id, self._units(c.address), self._units(c.size),
+                        None if mask_last and i == len(snap.chunks) - 1 else c.reader_count)
+                       for i, c in enumerate(snap.chunks))
+        return (self._units(snap.start), self._units(snap.end), snap.id_start, snap.id_end, chunks)
+
+    def _to_begin(self, proc: str, out: StepOutcome, begins: tuple[str, ...]) -> StepOutcome:
+        """Advance ``proc`` until it pauses at one of ``begins`` or finishes."""
+        for _ in range(64):
+            if out.result is not None or self._point(proc) in begins:
+                return out
+            out = self._exec(proc, "advance")
+        raise ScheduleError(f"{proc} did not reach {begins} within 64 steps")
+
+    def _obj(self, v: Any) -> str:
+        if isinstance(v, dict) and "blob" in v:
+            tag = self.tags.get(bytes.fromhex(v["blob"]))
+            return f"o{tag}" if tag is not None else f"an object never put ({v['blob'][:16]}...)"
+        if isinstance(v, dict) and "garbage" in v:
+            return "garbage"
+        return repr(v)
+
+    # -- the writer
+    def _drain_writer(self) -> None:
+        while self._point(WRITER) is not None:
+            self._exec(WRITER, "advance")
+
+    def writer(self, step: Step, before: State) -> str:
+        point = self._point(WRITER)
+        name = step.name
+        if name in ("header_write", "clear"):
+            if point == "free_step":  # impl's greedy free_unused: run it to its end first
+                self._drain_writer()
+            elif point is not None:
+                return f"the writer is paused at {point}"
+            if name == "clear":
+                out = self._exec(WRITER, "start", "clear", {})
+                while out.result is None:
+                    out = self._exec(WRITER, "advance")
+                return "cleared" if out.result["error"] is None else out.result["error"]
+            a = dict(step.args)
+            self.put_abs, self.put_handle = before.puts, None
+            data = object_data(self.geo, before.puts, a["size"])
+            self.tags[data] = before.puts + 1
+            out = self._exec(WRITER, "start", "put", {"key": a["key"], "data": data.hex()})
+            if self._point(WRITER) == "header_write":
+                out = self._exec(WRITER, "advance")
+            out = self._to_begin(WRITER, out, WRITE_BEGINS)
+            if out.result is not None and out.result["error"] is not None:
+                return out.result["error"]
+            snap = self.session.snap
+            c = snap.chunks[-1] if snap is not None and snap.chunks else None
+            if c is None:
+                return "no chunk allocated"
+            return f"allocated id {c.id} at {self._units(c.address)} ({self._units(c.size)} units)"
+        if name in ("payload_write", "publish"):
+            if point == name:
+                out = self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS)
+            elif point is None and self.put_handle is not None and self.put_abs == dict(step.args)["abs"]:
+                out = None  # the put ran whole at header_write (no writer yield points)
+            else:
+                return f"the writer is {'paused at ' + point if point else 'idle'}, not at {name}"
+            if name == "payload_write":
+                return "payload written"
+            if out is not None and out.result is not None and out.result["error"] is not None:
+                return out.result["error"]
+            if self.put_handle is None:
+                return "no handle returned"
+            return f"handle h{self.put_abs} = ({self._units(self.put_handle[0])}, {self.put_handle[1]})"
+        # free_step
+        snap = self.session.snap
+        ids = [c.id for c in snap.chunks] if snap is not None else []
+        if point is None:
+            out = self._to_begin(WRITER, self._exec(WRITER, "start", "free_unused", {}), ("free_step",))
+            if out.result is not None:
+                return "freed nothing" if out.result["error"] is None else out.result["error"]
+        elif point != "free_step":
+            return f"the writer is paused at {point}"
+        self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
+        snap = self.session.snap
+        left = {c.id for c in snap.chunks} if snap is not None else set()
+        freed = [i for i in ids if i not in left]
+        if not freed:
+            return "freed nothing"
+        return f"freed id{'s' if len(freed) > 1 else ''} {', '.join(map(str, freed))}"
+
+    # -- the readers
+    def reader(self, step: Step) -> str:
+        r = step.process
+        kind = _read_kind(step)
+        if kind not in self.read_path:
+            return f"no {kind} step on this target's read path"
+        begin = self.read_path[kind]
+        k = self.read_order.index(kind)
+        nxt = (self.read_path[self.read_order[k + 1]],) if k + 1 < len(self.read_order) else ()
+        if kind == "check":
+            if r not in self.pool.idle():
+                return f"reader {r} is paused at {self._point(r)}"
+            h = dict(step.args)["handle"]
+            ref = self.refs.get(h[0])
+            if ref is None:
+                return f"the target never issued handle h{h[0]}"
+            self.seen[r] = 0
+            out = self._exec(r, "start", "get", {"ref": ref})
+            if out.result is None and self._point(r) != begin:
+                return f"reader {r} paused at {self._point(r)} before its check"
+        elif self._point(r) != begin:
+            return f"reader {r} is {'paused at ' + str(self._point(r)) if self._point(r) else 'idle'}, not at {begin}"
+        else:
+            out = None
+        if out is None or out.result is None:
+            out = self._to_begin(r, self._exec(r, "advance"), nxt)
+        new = out.deserialized[self.seen.get(r, 0):]
+        self.seen[r] = 0 if out.result is not None else len(out.deserialized)
+        got = ", ".join(self._obj(d) for d in new)
+        if out.result is not None and out.result["error"] is not None:
+            base = "stale" if out.result["error"] == "StaleHandle" else out.result["error"]
+        elif kind in ("check", "recheck"):
+            base = "passed"
+        elif kind == "counter_increment":
+            base = "counted"
+        elif kind == "payload_read" and begin == "payload_read":
+            base = "copied"
+        else:
+            return f"deserialized {got or 'nothing'}"
+        return base + (f" (deserialized {got})" if got else "")
+
+    def step(self, step: Step, before: State, after: State) -> Observation:
+        try:
+            outcome = self.writer(step, before) if step.process == WRITER else self.reader(step)
+        except ScheduleError as exc:
+            outcome = f"schedule error: {exc}"
+        return Observation(outcome, self.ring(mask_last=after.wpc != "idle"))
+
+
+def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, pool: ProcessPool | None = None,
+                     geo: Geometry | None = None, stop_at_departure: bool = True) -> TargetReplay:
+    """Run ``behaviour`` on ``target`` as a controlled schedule and compare
+    every step's observation with the spec's (:func:`expected`).
+
+    ``pool``: a running :class:`ProcessPool` whose readers are
+    ``cfg.readers`` (one is started, and shut down, when None).  The replay
+    stops at the first departure unless ``stop_at_departure`` is false.
+
+    Raises:
+        ValueError: ``pool``'s readers are not the config's.
+    """
+    geo = geo or geometry(cfg)
+    own = pool is None
+    if pool is None:
+        pool = ProcessPool(target, tuple(cfg.readers))
+    elif tuple(pool.reader_names) != tuple(cfg.readers):
+        raise ValueError(f"the pool's readers {pool.reader_names} are not the config's {cfg.readers}")
+    t0 = time.perf_counter()
+    results: list[StepResult] = []
+    departs: int | None = None
+    error: str | None = None
+    violations: list[tuple[str, str]] = []
+    try:
+        run = _Run(cfg, geo, target, pool)
+        for i in range(1, len(behaviour.steps)):
+            step = behaviour.steps[i]
+            before, after = behaviour.states[i - 1], behaviour.states[i]
+            run.lanes = []
+            got = run.step(step, before, after)
+            res = StepResult(i, step, expected(cfg, before, after, step), got, run.lanes)
+            results.append(res)
+            if not res.agrees and departs is None:
+                departs = i
+                if got.outcome.startswith("schedule error"):
+                    error = got.outcome
+                if stop_at_departure or error:
+                    break
+        violations = sorted(set(run.session.excused_hits))
+        try:
+            run.session.finish()
+        except Exception as exc:  # noqa: BLE001 - a harness failure while draining
+            error = error or f"{type(exc).__name__}: {exc}"
+            pool.respawn()
+    finally:
+        if own:
+            pool.shutdown()
+    return TargetReplay(target.spec, results, departs, violations, time.perf_counter() - t0, error)
+
+
+__all__ = ["Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
+           "departs_first", "expected", "geometry", "obj_name", "object_data", "recover_step",
+           "replay_on_target", "spec_ring"]
