@@ -29,7 +29,7 @@ from typing import Any
 from ..model import atomic
 from ..model.atomic import GARBAGE, NO_OBJ, Config, State
 from .gate import Violation
-from .tlavalue import parse_dump, parse_state, parse_value
+from .tlavalue import parse_dump, parse_value
 from .tlc import ConfigFile, TlcResult, TraceState
 
 SAMPLE = 3
@@ -140,8 +140,7 @@ class TraceReplay:
 
 def trace_states(cfg: Config, trace: list[TraceState]) -> list[State]:
     """The model states of a TLC trace's states."""
-    return [abstract(cfg, parse_state("\n".join(f"/\\ {k} = {t}" for k, t in s.variables.items())))
-            for s in trace]
+    return [abstract(cfg, s.values()) for s in trace]
 
 
 def replay_trace(cfg: Config, trace: list[TraceState]) -> TraceReplay:

@@ -34,7 +34,10 @@ def parse_value(text: str) -> Any:
         TlaParseError: the text is not a value TLC prints (with the offset).
     """
     tokens = _tokens(text)
-    value, i = _value(tokens, 0, text)
+    try:
+        value, i = _value(tokens, 0, text)
+    except IndexError:
+        raise TlaParseError(f"unexpected end of {text[:80]!r}") from None
     if i != len(tokens):
         raise TlaParseError(f"trailing text after a value in {text[:80]!r}")
     return value

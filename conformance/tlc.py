@@ -22,6 +22,7 @@ import tempfile
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 TLC_EXIT = {0: "ok", 11: "deadlock", 12: "violation", 13: "liveness", 75: "evaluation error",
             150: "parse error", 151: "config error", 255: "error"}
@@ -66,6 +67,16 @@ class TraceState:
     index: int
     action: str
     variables: dict[str, str]
+
+    def values(self) -> dict[str, Any]:
+        """The variables as typed Python values (:mod:`.tlavalue`'s mapping).
+
+        Raises:
+            TlaParseError: a value is not one TLC prints.
+        """
+        from .tlavalue import parse_value  # noqa: PLC0415 - keep tlc.py's import light
+
+        return {k: parse_value(t) for k, t in self.variables.items()}
 
 
 @dataclass

@@ -139,3 +139,28 @@ def test_spec_actions_model_steps_and_impl_yield_points_are_one_set():
                 frontier.append(t)
     assert spec_actions == model_actions == set(ATOMIC_STEPS) - set(LOCK_STEPS)
     assert set(yieldpoints.READ_POINTS) | set(yieldpoints.WRITE_POINTS) == spec_actions
+
+
+def test_tla_values_parse_into_python():
+    from shmspec.conformance.tlavalue import TlaParseError, parse_value
+
+    v = parse_value('[a |-> -1, b |-> <<1, "x">>, c |-> {[k |-> r1]}, d |-> (r1 :> TRUE @@ r2 :> FALSE), e |-> <<>>]')
+    assert v == {"a": -1, "b": (1, "x"), "c": frozenset({parse_value("[k |-> r1]")}),
+                 "d": {"r1": True, "r2": False}, "e": ()}
+    assert hash(v) == hash(parse_value(str(
+        '[a |-> -1, b |-> <<1, "x">>, c |-> {[k |-> r1]}, d |-> (r1 :> TRUE @@ r2 :> FALSE), e |-> <<>>]')))
+    for bad in ("[a |-> ]", "<<1, 2", "1 2", "(a :> )"):
+        with pytest.raises(TlaParseError):
+            parse_value(bad)
+
+
+def test_the_model_alone_finds_the_vllm_race_and_not_impls():
+    """Without TLC: the atomic model's own search breaks NRR under vLLM's
+    reader protocol with a re-reading client, and nothing under impl's."""
+    base = dict(readers=("r1",), ring_units=5, sizes=(2,), keys=("k1", "k2"), id_mod=3, max_puts=3, max_reads=2,
+                read_once=False, clear_resets=False)
+    vllm = atomic.explore(atomic.Config(**base, hardened=False))
+    hard = atomic.explore(atomic.Config(**base, hardened=True))
+    assert {"NRR", "RC", "CLR"} <= set(vllm.violated) and hard.violated == {}
+    s = vllm.violated["NRR"]
+    assert s.got[0] not in (atomic.NO_OBJ, s.hd[0][3])
