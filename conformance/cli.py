@@ -62,6 +62,8 @@ def build_parser() -> argparse.ArgumentParser:
                    help="enumerate the Python model beside TLC and compare the states (default: on, off with --deep)")
     m.add_argument("--report-dir", type=Path, default=None,
                    help="directory for model.json and model.html (default reports/<time>-model)")
+    m.add_argument("--target", default=None,
+                   help="also replay every counterexample on this store (impl, file:PATH, vllm==X.Y.Z)")
     pr = sub.add_parser("prove", help="prove the model's ring arithmetic with z3 (obligations by property id)")
     pr.add_argument("--profile", default="impl", choices=sorted(_profiles()),
                     help="model profile the obligations are stated for (the ring arithmetic is shared by all)")
@@ -191,8 +193,11 @@ def model(args: argparse.Namespace) -> int:
     """``shmspec model``: exit 0 when every config does what its ``Expected:``
     line says (what should hold holds, what should fail fails), the model's
     states equal TLC's and the model follows every counterexample; 1
-    otherwise; 2 when TLC cannot run."""
+    otherwise; 2 when TLC cannot run or the ``--target`` cannot be loaded.
+    Where a target departs from a counterexample is reported, not judged
+    (a hardened store should depart from vLLM's counterexamples)."""
     from . import modelcheck
+    from .loader import TargetError
     from .report import default_report_dir
     from .tlc import TlcError
 
@@ -206,8 +211,9 @@ def model(args: argparse.Namespace) -> int:
     try:
         with err.status("running TLC") as status:
             outcomes = modelcheck.run(args.tla_dir, args.config, deep=args.deep, agree=agree,
-                                      on_config=lambda name: status.update(f"TLC and the model on {name}"))
-    except (TlcError, ValueError) as exc:
+                                      on_config=lambda name: status.update(f"TLC and the model on {name}"),
+                                      target=_canonical_target(args.target) if args.target else None)
+    except (TlcError, TargetError, ValueError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     modelcheck.write(outcomes, report_dir)

@@ -12,6 +12,10 @@ For each config (``tla/MC*.cfg``, or ``tla/deep/MC*.cfg`` with ``deep``):
 3. Each counterexample is replayed on the model (:func:`.agreement.replay_trace`)
    and drawn by the gate's violation renderer, into ``model.html``; everything
    goes into ``model.json`` (schema ``shmspec.model/2``, reports/README.md).
+4. With a ``target`` (``impl``, ``file:PATH``, ``vllm==X.Y.Z``), each
+   counterexample is also run on that store's real processes as a controlled
+   schedule (:func:`.spectrace.replay_on_target`), and the report says which
+   of spec, model and target departs first (:func:`.spectrace.departs_first`).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ from rich.table import Table
 from .agreement import Agreement, TraceReplay, compare, counterexample, model_config, replay_trace
 from .gate import Violation
 from .report import violation_panel
+from .spectrace import TargetReplay, behaviour_of, departs_first, replay_on_target
 from .tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
 
 SCHEMA = "shmspec.model/2"
@@ -42,6 +47,10 @@ class ConfigOutcome:
     check: ModelCheck
     agreement: Agreement | None
     counterexamples: list[tuple[Violation, TraceReplay]] = field(default_factory=list)
+    target: str | None = None
+    """The target the counterexamples were replayed on (None: not replayed)."""
+    target_replays: list[TargetReplay] = field(default_factory=list)
+    """One per counterexample, in order, when ``target`` is set."""
 
     @property
     def ok(self) -> bool:
@@ -52,13 +61,20 @@ class ConfigOutcome:
 
 
 def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False, agree: bool = True,
-        on_config: Callable[[str], None] | None = None) -> list[ConfigOutcome]:
-    """Check every config; ``agree`` enumerates the model beside TLC.
+        on_config: Callable[[str], None] | None = None, target: str | None = None) -> list[ConfigOutcome]:
+    """Check every config; ``agree`` enumerates the model beside TLC;
+    ``target`` (a target spec) replays every counterexample on that store.
 
     Raises:
         TlcError: no config, or TLC cannot run.
+        TargetError: the target cannot be loaded.
     """
     jar = find_jar()
+    loaded = None
+    if target is not None:
+        from .loader import load_target  # noqa: PLC0415 - only with a target
+
+        loaded = load_target(target)
     out = []
     for cf in config_files(tla_dir, pattern, deep):
         if on_config:
@@ -69,14 +85,30 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
             agreement = None
             if agree and check.holds.status == "ok":
                 agreement = compare(cf, check.holds, Path(f"{dump}.dump"))
-        cexs = []
+        cexs, traces = [], []
         cfg = model_config(cf)
         for inv, res in check.found.items():
             if res.status == "violation" and res.trace:
                 replay = replay_trace(cfg, res.trace)
                 cexs.append((counterexample(cf, inv, res, replay), replay))
-        out.append(ConfigOutcome(cf, check, agreement, cexs))
+                traces.append(res.trace)
+        outcome = ConfigOutcome(cf, check, agreement, cexs)
+        if loaded is not None:
+            outcome.target = loaded.spec
+            outcome.target_replays = _on_target(cfg, [(t, r) for t, (_, r) in zip(traces, cexs)], loaded)
+        out.append(outcome)
     return out
+
+
+def _on_target(cfg: Any, cexs: list[tuple[list, TraceReplay]], loaded: Any) -> list[TargetReplay]:
+    """Every counterexample (TLC trace, its replay on the model) run on the
+    target, over one process pool."""
+    from .procs import ProcessPool  # noqa: PLC0415 - only with a target
+
+    if not cexs:
+        return []
+    with ProcessPool(loaded, tuple(cfg.readers)) as pool:
+        return [replay_on_target(cfg, behaviour_of(cfg, r, [s.action for s in t]), loaded, pool) for t, r in cexs]
 
 
 def summary_table(outcomes: list[ConfigOutcome]) -> Table:
@@ -114,7 +146,7 @@ def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | N
                 console.print(f"  only TLC:   {tuple(s)}", markup=False)
             for s in a.sample_only_model:
                 console.print(f"  only model: {tuple(s)}", markup=False)
-        for v, replay in o.counterexamples:
+        for j, (v, replay) in enumerate(o.counterexamples):
             n += 1
             if panels:
                 console.print(violation_panel(n, v))
@@ -123,6 +155,11 @@ def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | N
                               + " → ".join(f"{s['action']}({s['process']})" for s in v.steps[1:]), soft_wrap=True)
             if replay.model_departs is not None:
                 console.print(f"[red]the model departs from TLC's trace at step {replay.model_departs}[/]")
+            if j < len(o.target_replays):
+                tr = o.target_replays[j]
+                first = departs_first(replay.model_departs, tr.departs)
+                console.print(f"  target {tr.summary()}; first to depart: {first or 'none'}", markup=False,
+                              soft_wrap=True)
     ok = all(o.ok for o in outcomes)
     line = f"[bold]verdict:[/] {'[green]OK' if ok else '[red]UNEXPECTED'}[/]"
     if report_dir is not None:
@@ -144,9 +181,18 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
                             "seconds": round(r.seconds, 3), "trace_length": len(r.trace)}
                       for inv, r in c.found.items()},
             "agreement": o.agreement.to_json() if o.agreement else None,
-            "counterexamples": [dict(v.to_json(), model_departs=r.model_departs) for v, r in o.counterexamples],
+            "counterexamples": [_cex_json(o, j, v, r) for j, (v, r) in enumerate(o.counterexamples)],
         })
     return {"schema": SCHEMA, "ok": all(o.ok for o in outcomes), "configs": configs}
+
+
+def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[str, Any]:
+    d = dict(v.to_json(), model_departs=r.model_departs)
+    tr = o.target_replays[j] if j < len(o.target_replays) else None
+    d.update(target=o.target, target_departs=tr.departs if tr else None,
+             departs_first=departs_first(r.model_departs, tr.departs) if tr else None,
+             target_replay=tr.to_json() if tr else None)
+    return d
 
 
 def write(outcomes: list[ConfigOutcome], report_dir: Path) -> None:

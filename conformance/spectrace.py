@@ -303,8 +303,10 @@ class TargetReplay:
         d = self.departure
         if d is None:
             return f"{self.target} follows all {len(self.steps)} steps{tail} ({self.seconds:.2f} s)"
+        spec, got = (d.spec.outcome, d.target.outcome) if d.spec.outcome != d.target.outcome else (
+            d.spec.render(), d.target.render())
         return (f"{self.target} departs at step {d.index} {d.step.name}({d.step.process}): spec "
-                f"{d.spec.outcome!r}, target {d.target.outcome!r}{tail} ({self.seconds:.2f} s)")
+                f"{spec!r}, target {got!r}{tail} ({self.seconds:.2f} s)")
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "departs": self.departs, "seconds": round(self.seconds, 3),
@@ -537,12 +539,12 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
         ValueError: ``pool``'s readers are not the config's.
     """
     geo = geo or geometry(cfg)
+    t0 = time.perf_counter()
     own = pool is None
     if pool is None:
         pool = ProcessPool(target, tuple(cfg.readers))
     elif tuple(pool.reader_names) != tuple(cfg.readers):
         raise ValueError(f"the pool's readers {pool.reader_names} are not the config's {cfg.readers}")
-    t0 = time.perf_counter()
     results: list[StepResult] = []
     departs: int | None = None
     error: str | None = None
