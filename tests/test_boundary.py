@@ -10,6 +10,7 @@ import pytest
 
 from shmspec.conformance import adapter
 from shmspec.conformance.boundary import EDGES, programs, run_program, run_program_scheduled
+from shmspec.conformance.mutants import MUTANTS_DIR
 from shmspec.conformance.gate import BOUNDARY, run_gate
 from shmspec.conformance.loader import load_file, load_target
 from shmspec.conformance.procs import ProcessPool
@@ -19,7 +20,7 @@ from shmspec.conformance.session import SessionConfig
 from shmspec.impl import SingleWriterShmRingBuffer
 from shmspec.model.ring import HEADER_BYTES, ID_MAX
 
-VARIANTS = Path(__file__).parent / "variants"
+VARIANTS = MUTANTS_DIR  # the seeded faults ship in the package
 CFG = SessionConfig()
 B = CFG.data_buffer_size
 
@@ -196,7 +197,7 @@ def test_without_a_warp_hook_wrap_stays_not_checked(impl, monkeypatch):
 
 
 def test_boundary_campaign_catches_a_wraparound_bug():
-    """tests/variants/wrap_window.py: readers check an id window that ignores
+    """conformance/mutants/wrap_window.py: readers check an id window that ignores
     wraparound; only the id-wrap program reaches it."""
     result = run_gate(load_file(VARIANTS / "wrap_window.py"), "ci", campaigns=(BOUNDARY,), concurrency="off")
     assert result.verdict == "fail"

@@ -57,7 +57,7 @@ def test_file_targets_load_in_isolation(tmp_path):
     before = set(sys.modules)
     with pytest.raises(TargetError):
         load_file(f)
-    variant = ROOT / "tests" / "variants" / "early_free.py"
+    variant = ROOT / "conformance" / "mutants" / "early_free.py"
     if variant.exists():
         t = load_file(variant)
         assert t.profile.name == "impl"

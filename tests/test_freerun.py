@@ -25,9 +25,10 @@ from shmspec.conformance.freerun import (
 )
 from shmspec.conformance.history import render
 from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.mutants import MUTANTS_DIR
 from shmspec.conformance.serde import Blob, Garbage
 
-VARIANTS_DIR = Path(__file__).parent / "variants"
+VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 
 
 def test_payload_tags_round_trip():

@@ -15,10 +15,11 @@ import pytest
 
 from shmspec.conformance.gate import run_gate
 from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.mutants import MUTANTS_DIR
 from shmspec.conformance.report import write_report
 from shmspec.conformance.schedule import replay_schedule
 
-VARIANTS_DIR = Path(__file__).parent / "variants"
+VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 
 
 def _controlled(target):
