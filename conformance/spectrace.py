@@ -49,8 +49,11 @@ data bytes (4 of reader_count and 8 of harness metadata, see
 the unit, so every address and size the target reports is the spec's times
 :data:`UNIT_BYTES`.  ``max_object_size`` is the ring size: every object fits,
 and ``free_unused``'s ``2 * max_object_size`` bound never stops a reclaim
-early.  Ids are the target's (modulo ``2**31``): the replay is exact while
-no spec id wraps (``IdMod`` at least the puts of the behaviour).
+early.  Ids are the target's (modulo ``2**31``), compared modulo the spec's
+``IdMod``.  Where the spec's small ``IdMod`` makes a stale handle's id equal
+a live chunk's (what takes the store ``2**31`` allocations), a target that
+checks ids (vLLM) still tells them apart, and departs there; impl checks
+absolute counters and is unaffected.
 """
 
 from __future__ import annotations
@@ -193,11 +196,49 @@ def expected(cfg: Config, before: State, after: State, step: Step) -> Observatio
 # ------------------------------------------------------------------ behaviour
 @dataclass
 class Behaviour:
-    """Spec steps with the spec states around them: ``states[i]`` is reached
-    by ``steps[i]`` (``steps[0]`` is None: ``states[0]`` is Init)."""
+    """Spec steps and what each must show: ``steps[i]`` leads from the spec
+    state ``i - 1`` to state ``i`` and shows ``expect[i]`` (index 0, Init, is
+    None in both); ``states`` keeps the spec states when known."""
 
-    states: list[State]
     steps: list[Step | None]
+    expect: list[Observation | None]
+    states: list[State] | None = None
+
+    @classmethod
+    def from_states(cls, cfg: Config, states: list[State], steps: list[Step | None]) -> "Behaviour":
+        """A behaviour whose expectations are :func:`expected` of its states."""
+        exp: list[Observation | None] = [None] + [expected(cfg, states[i - 1], states[i], steps[i])
+                                                  for i in range(1, len(steps))]
+        return cls(steps, exp, states)
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"steps": [{"action", "process", "args"}], "expect": [[outcome, ring]]}``
+        without the Init entries (handles and rings as nested lists)."""
+        return {"steps": [{"action": st.name, "process": st.process, "args": {k: _plain(v) for k, v in st.args}}
+                          for st in self.steps[1:]],
+                "expect": [[o.outcome, _plain(o.ring)] for o in self.expect[1:]]}
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Behaviour":
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            KeyError, TypeError: not a behaviour's JSON.
+        """
+        steps = [Step(s["action"], s["process"], tuple((k, _tuple(v)) for k, v in s["args"].items()))
+                 for s in d["steps"]]
+        exp = [Observation(o[0], _tuple(o[1])) for o in d["expect"]]
+        if len(steps) != len(exp):
+            raise TypeError("a behaviour needs one expectation per step")
+        return cls([None, *steps], [None, *exp])
+
+
+def _plain(v: Any) -> Any:
+    return [_plain(x) for x in v] if isinstance(v, (tuple, list)) else v
+
+
+def _tuple(v: Any) -> Any:
+    return tuple(_tuple(x) for x in v) if isinstance(v, list) else v
 
 
 def recover_step(cfg: Config, before: State, after: State, action: str) -> Step:
@@ -246,7 +287,7 @@ def behaviour_of(cfg: Config, replay: TraceReplay, actions: list[str]) -> Behavi
             nxt = replay.states[i]
         states.append(nxt)
         steps.append(step)
-    return Behaviour(states, steps)
+    return Behaviour.from_states(cfg, states, steps)
 
 
 # ---------------------------------------------------------------- the target
@@ -361,6 +402,8 @@ class _Run:
         self.refs: dict[int, str] = {}
         """spec allocation number -> the session's ref of the target's handle."""
         self.tags: dict[bytes, int] = {}
+        self.puts = 0
+        """Allocations so far (the spec's ``puts``: one per header_write)."""
         self.put_abs: int | None = None
         self.put_handle: tuple[int, int] | None = None
         self.seen: dict[str, int] = {}
@@ -385,6 +428,9 @@ class _Run:
     def _point(self, proc: str) -> str | None:
         return self.pool.procs[proc].point
 
+    def _id(self, i: int) -> int:
+        return i % self.cfg.id_mod
+
     def _units(self, v: int) -> int | str:
         return v // self.geo.unit if v % self.geo.unit == 0 else f"{v}B"
 
@@ -392,10 +438,10 @@ class _Run:
         snap = self.session.snap
         if snap is None:
             return ("?",)
-        chunks = tuple((c.id, self._units(c.address), self._units(c.size),
+        chunks = tuple((self._id(c.id), self._units(c.address), self._units(c.size),
                         None if mask_last and i == len(snap.chunks) - 1 else c.reader_count)
                        for i, c in enumerate(snap.chunks))
-        return (self._units(snap.start), self._units(snap.end), snap.id_start, snap.id_end, chunks)
+        return (self._units(snap.start), self._units(snap.end), self._id(snap.id_start), self._id(snap.id_end), chunks)
 
     def _to_begin(self, proc: str, out: StepOutcome, begins: tuple[str, ...]) -> StepOutcome:
         """Advance ``proc`` until it pauses at one of ``begins`` or finishes."""
@@ -418,7 +464,7 @@ class _Run:
         while self._point(WRITER) is not None:
             self._exec(WRITER, "advance")
 
-    def writer(self, step: Step, before: State) -> str:
+    def writer(self, step: Step) -> str:
         point = self._point(WRITER)
         name = step.name
         if name in ("header_write", "clear"):
@@ -432,9 +478,10 @@ class _Run:
                     out = self._exec(WRITER, "advance")
                 return "cleared" if out.result["error"] is None else out.result["error"]
             a = dict(step.args)
-            self.put_abs, self.put_handle = before.puts, None
-            data = object_data(self.geo, before.puts, a["size"])
-            self.tags[data] = before.puts + 1
+            self.put_abs, self.put_handle = self.puts, None
+            data = object_data(self.geo, self.puts, a["size"])
+            self.tags[data] = self.puts + 1
+            self.puts += 1
             out = self._exec(WRITER, "start", "put", {"key": a["key"], "data": data.hex()})
             if self._point(WRITER) == "header_write":
                 out = self._exec(WRITER, "advance")
@@ -445,7 +492,7 @@ class _Run:
             c = snap.chunks[-1] if snap is not None and snap.chunks else None
             if c is None:
                 return "no chunk allocated"
-            return f"allocated id {c.id} at {self._units(c.address)} ({self._units(c.size)} units)"
+            return f"allocated id {self._id(c.id)} at {self._units(c.address)} ({self._units(c.size)} units)"
         if name in ("payload_write", "publish"):
             if point == name:
                 out = self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS)
@@ -459,7 +506,7 @@ class _Run:
                 return out.result["error"]
             if self.put_handle is None:
                 return "no handle returned"
-            return f"handle h{self.put_abs} = ({self._units(self.put_handle[0])}, {self.put_handle[1]})"
+            return f"handle h{self.put_abs} = ({self._units(self.put_handle[0])}, {self._id(self.put_handle[1])})"
         # free_step
         snap = self.session.snap
         ids = [c.id for c in snap.chunks] if snap is not None else []
@@ -472,7 +519,7 @@ class _Run:
         self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
         snap = self.session.snap
         left = {c.id for c in snap.chunks} if snap is not None else set()
-        freed = [i for i in ids if i not in left]
+        freed = [self._id(i) for i in ids if i not in left]
         if not freed:
             return "freed nothing"
         return f"freed id{'s' if len(freed) > 1 else ''} {', '.join(map(str, freed))}"
@@ -518,12 +565,13 @@ class _Run:
             return f"deserialized {got or 'nothing'}"
         return base + (f" (deserialized {got})" if got else "")
 
-    def step(self, step: Step, before: State, after: State) -> Observation:
+    def step(self, step: Step, want: Observation) -> Observation:
         try:
-            outcome = self.writer(step, before) if step.process == WRITER else self.reader(step)
+            outcome = self.writer(step) if step.process == WRITER else self.reader(step)
         except ScheduleError as exc:
             outcome = f"schedule error: {exc}"
-        return Observation(outcome, self.ring(mask_last=after.wpc != "idle"))
+        mask = len(want.ring) == 5 and bool(want.ring[4]) and want.ring[4][-1][3] is None
+        return Observation(outcome, self.ring(mask_last=mask))
 
 
 def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, pool: ProcessPool | None = None,
@@ -552,11 +600,10 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
     try:
         run = _Run(cfg, geo, target, pool)
         for i in range(1, len(behaviour.steps)):
-            step = behaviour.steps[i]
-            before, after = behaviour.states[i - 1], behaviour.states[i]
+            step, want = behaviour.steps[i], behaviour.expect[i]
             run.lanes = []
-            got = run.step(step, before, after)
-            res = StepResult(i, step, expected(cfg, before, after, step), got, run.lanes)
+            got = run.step(step, want)
+            res = StepResult(i, step, want, got, run.lanes)
             results.append(res)
             if not res.agrees and departs is None:
                 departs = i
