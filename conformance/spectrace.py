@@ -569,7 +569,9 @@ class _Run:
         try:
             outcome = self.writer(step) if step.process == WRITER else self.reader(step)
         except ScheduleError as exc:
-            outcome = f"schedule error: {exc}"
+            # a step into the reader lock while another process holds it (impl's
+            # writer between two free steps): the target cannot take it now
+            outcome = f"blocked: {exc}" if "would block" in str(exc) else f"schedule error: {exc}"
         mask = len(want.ring) == 5 and bool(want.ring[4]) and want.ring[4][-1][3] is None
         return Observation(outcome, self.ring(mask_last=mask))
 

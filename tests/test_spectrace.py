@@ -1,0 +1,187 @@
+"""Spec behaviours replayed on real targets (conformance/spectrace.py, issue 4
+Deliver 4b, target half).
+
+The NRR counterexample of the vLLM configs (a handle read after ``clear()``
+while the writer reuses its slot) is followed to its end by vLLM 0.33.0,
+whose reader deserializes the new object (NRR on the real store), while impl
+departs at the reader's first check (it rejects the cleared handle).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import random
+import shutil
+
+import pytest
+
+from shmspec.conformance.cli import main
+from shmspec.conformance.loader import TargetError, load_target
+from shmspec.conformance.serde import object_nbytes
+from shmspec.conformance.spectrace import (Behaviour, Observation, departs_first, geometry, object_data,
+                                           recover_step, replay_on_target)
+from shmspec.model import atomic
+from shmspec.model.atomic import WRITER, Config, Step
+
+java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+
+# the constants of tla/MC_vllm.cfg, and the same with impl's protocol
+VLLM = Config(readers=("r1", "r2"), ring_units=5, sizes=(2,), keys=("k1", "k2"), id_mod=2, max_puts=3,
+              max_reads=1, hardened=False, read_once=True, clear_resets=False)
+IMPL = dataclasses.replace(VLLM, hardened=True)
+IMPL_REREAD = dataclasses.replace(IMPL, readers=("r1",), max_reads=2, read_once=False)
+
+
+def put(key: str, abs_: int, size: int = 2) -> list[Step]:
+    return [Step("header_write", WRITER, (("key", key), ("size", size))), Step("payload_write", WRITER, (("abs", abs_),)),
+            Step("publish", WRITER, (("abs", abs_),))]
+
+
+def get(cfg: Config, r: str, handle: tuple) -> list[Step]:
+    names = (["payload_read", "reader_check", "counter_increment", "deserialize"] if cfg.hardened
+             else ["payload_read", "counter_increment"])
+    return [Step("reader_check", r, (("handle", handle),))] + [Step(n, r) for n in names]
+
+
+def path(cfg: Config, steps: list[Step]) -> Behaviour:
+    """The behaviour of ``steps`` from Init, its states computed by the model."""
+    states = [atomic.initial(cfg)]
+    for st in steps:
+        states.append(next(t for s, t in atomic.successors(cfg, states[-1]) if s == st))
+    return Behaviour.from_states(cfg, states, [None, *steps])
+
+
+H0 = (0, 0, 0, 1)  # (abs, addr, id, obj) of the first put
+NRR_AFTER_CLEAR = put("k1", 0) + [Step("clear", WRITER), Step("reader_check", "r1", (("handle", H0),))] + put("k1", 1)[:2] + [
+    Step("payload_read", "r1")]
+"""MC_vllm.cfg's NRR counterexample: r1 checks a handle issued before the
+clear, the writer puts a new object into the same slot, r1 deserializes it."""
+
+
+@pytest.fixture(scope="module")
+def impl():
+    return load_target("impl")
+
+
+# --------------------------------------------------------------- geometry
+@pytest.mark.parametrize("size", range(2, 9))
+def test_objects_fill_their_chunks_exactly(size):
+    geo = geometry(VLLM)
+    data = object_data(geo, 0, size)
+    assert object_nbytes(data) + 8 == size * geo.unit  # header + reader_count + metadata + data
+    assert len({object_data(geo, a, size) for a in range(30)}) == 30
+    assert geo.ring_bytes == 5 * geo.unit and 2 * geo.max_object_size >= geo.ring_bytes
+
+
+def test_a_unit_must_hold_a_header_and_a_count():
+    with pytest.raises(ValueError):
+        geometry(VLLM, unit=11)
+
+
+# ---------------------------------------------------- steps and departures
+@pytest.mark.parametrize("cfg", [VLLM, IMPL, IMPL_REREAD], ids=["vllm", "impl", "impl_reread"])
+def test_steps_read_off_state_differences_are_the_models(cfg):
+    rng = random.Random(4)
+    for _ in range(40):
+        s = atomic.initial(cfg)
+        for _ in range(30):
+            succ = list(atomic.successors(cfg, s))
+            if not succ:
+                break
+            step, t = rng.choice(succ)
+            assert recover_step(cfg, s, t, step.name) == step
+            s = t
+
+
+def test_who_departs_first():
+    assert departs_first(None, None) is None
+    assert departs_first(None, 5) == departs_first(7, 5) == "target"
+    assert departs_first(3, None) == departs_first(3, 5) == "model"
+    assert departs_first(4, 4) == "spec"
+
+
+def test_behaviours_round_trip_through_json():
+    b = path(VLLM, NRR_AFTER_CLEAR)
+    again = Behaviour.from_json(json.loads(json.dumps(b.to_json())))
+    assert again.steps == b.steps and again.expect == b.expect
+    assert b.expect[5] == Observation("passed", (0, 0, 1, 1, ()))
+    assert b.expect[-1].outcome == "deserialized o2"
+
+
+# ------------------------------------------------------------- on impl
+def test_impl_rejects_the_cleared_handle_at_the_first_check(impl):
+    r = replay_on_target(VLLM, path(VLLM, NRR_AFTER_CLEAR), impl)
+    assert r.error is None and r.departs == 5, r.summary()
+    d = r.departure
+    assert (d.step.name, d.step.process) == ("reader_check", "r1")
+    assert (d.spec.outcome, d.target.outcome) == ("passed", "stale")
+    assert all(s.agrees for s in r.steps[:-1]) and r.violations == []
+    assert "departs at step 5 reader_check(r1)" in r.summary()
+
+
+def test_impl_follows_its_own_protocol_step_by_step(impl):
+    # two puts read by both readers with their steps interleaved, FIFO free of
+    # both (the writer pauses between the two free steps), a third put, clear
+    steps = put("k1", 0) + put("k2", 1)
+    g1, g2 = get(IMPL, "r1", H0), get(IMPL, "r2", H0)
+    steps += [x for pair in zip(g1, g2) for x in pair]
+    steps += get(IMPL, "r1", (1, 2, 1, 2)) + get(IMPL, "r2", (1, 2, 1, 2))
+    steps += [Step("free_step", WRITER, (("abs", 0),)), Step("free_step", WRITER, (("abs", 1),))]
+    steps += put("k1", 2) + [Step("clear", WRITER)]
+    r = replay_on_target(IMPL, path(IMPL, steps), impl)
+    assert r.departs is None and r.error is None, r.summary()
+    assert len(r.steps) == len(steps) and r.violations == []
+    outcomes = [s.target.outcome for s in r.steps]
+    assert outcomes.count("deserialized o1") == 2 and outcomes.count("deserialized o2") == 2
+    assert "freed id 0" in outcomes and "freed id 1" in outcomes
+    assert "allocated id 0 at 0 (2 units)" in outcomes  # the third put: id 2 is 0 modulo IdMod 2
+
+
+def test_a_step_into_the_lock_held_by_a_freeing_writer_departs(impl):
+    # impl's free_unused holds the reader lock while it reclaims: after the
+    # first of two free steps a reader cannot count (the spec lets it)
+    h1 = (1, 2, 1, 2)
+    steps = put("k1", 0) + put("k2", 1) + get(IMPL_REREAD, "r1", H0) + get(IMPL_REREAD, "r1", h1)
+    steps += [Step("free_step", WRITER, (("abs", 0),))] + get(IMPL_REREAD, "r1", h1)[:4]
+    r = replay_on_target(IMPL_REREAD, path(IMPL_REREAD, steps), impl)
+    assert r.error is None and r.departs == len(steps), r.summary()
+    assert r.departure.target.outcome.startswith("blocked:") and r.departure.spec.outcome == "counted"
+
+
+def test_a_wrong_expectation_is_a_departure(impl):
+    b = path(IMPL, put("k1", 0) + get(IMPL, "r1", H0))
+    b.expect[8] = Observation("deserialized o2", b.expect[8].ring)
+    r = replay_on_target(IMPL, b, impl)
+    assert r.departs == 8 and r.departure.target.outcome == "deserialized o1"
+
+
+# ------------------------------------------------------------- on vLLM
+@pytest.mark.network
+def test_vllm_0_33_follows_the_counterexample_and_deserializes_the_new_object():
+    try:
+        target = load_target("vllm==0.33.0")
+    except TargetError as exc:
+        pytest.skip(f"registry unreachable: {exc}")
+    r = replay_on_target(VLLM, path(VLLM, NRR_AFTER_CLEAR), target)
+    assert r.departs is None and r.error is None, r.summary()
+    assert r.steps[-1].target.outcome == "deserialized o2"
+    assert [p for p, m in r.violations] == ["NRR"] and "deserialized" in r.violations[0][1]
+
+
+# ------------------------------------------------------------------ CLI
+@java
+def test_model_target_flag_reports_who_departs_first(tmp_path):
+    rep = tmp_path / "m"
+    assert main(["model", "--config", "MC_vllm_reread.cfg", "--no-agreement", "--target", "impl",
+                 "--report-dir", str(rep)]) == 0
+    data = json.loads((rep / "model.json").read_text())
+    cexs = data["configs"][0]["counterexamples"]
+    assert {c["property"] for c in cexs} == {"NRR", "CLR", "RC"}
+    for c in cexs:
+        assert {"property", "message", "steps", "model_departs", "concurrency"} <= set(c)  # unchanged keys
+        assert c["target"] == "impl" and c["model_departs"] is None
+        assert c["departs_first"] == "target"
+        step = c["steps"][c["target_departs"]]
+        assert step["action"] == "reader_check"
+        assert c["target_replay"]["steps"][-1]["target"].startswith("stale")
