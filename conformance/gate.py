@@ -100,6 +100,12 @@ class Violation:
     exc: Any = field(default=None, repr=False, compare=False)
     concurrency: str = "off"
     """``off`` (lockstep steps), ``controlled`` (scheduled lane steps) or ``free``."""
+    detected_seconds: float | None = None
+    """Time to detection: seconds from the gate's start until the failing step
+    (or free-running load) first ran, before any shrinking."""
+    detected_steps: int | None = None
+    """Steps to detection: steps the gate had run (all campaigns, in order)
+    up to and including that first failing step."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
@@ -232,7 +238,9 @@ def run_gate(
         for i, campaign in enumerate(campaigns):
             if on_progress:
                 on_progress(campaign.name, i, len(campaigns))
+            steps_before = sum(r.steps for r in results)
             res = _run_campaign(target, campaign, gp, seed, config, concurrency)
+            _rebase_detection(res, t0, steps_before)
             results.append(res)
             # A finding is not hunted again by later campaigns: they start with it excused.
             for v in res.violations:
@@ -271,6 +279,16 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
                        lambda config: machine_for(target, campaign, config), gp.max_examples, gp.step_count)
 
 
+def _rebase_detection(res: CampaignResult, t0: float, steps_before: int) -> None:
+    """Campaign-relative detection marks (monotonic time, campaign steps) ->
+    gate-relative ones (seconds since ``t0``, steps of the whole gate)."""
+    for v in res.violations:
+        if v.detected_seconds is not None:
+            v.detected_seconds = round(max(0.0, v.detected_seconds - t0), 3)
+        if v.detected_steps is not None:
+            v.detected_steps += steps_before
+
+
 def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_examples, step_count) -> CampaignResult:
     config = base
     t0 = time.monotonic()
@@ -302,7 +320,10 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
         except PropertyViolation as exc:
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
                                             [s.to_json() for s in exc.steps], _config_json(config), exc,
-                                            concurrency="off" if campaign.mode == "lockstep" else campaign.mode))
+                                            concurrency="off" if campaign.mode == "lockstep" else campaign.mode,
+                                            detected_seconds=counters.get("failed_at", time.monotonic()),
+                                            detected_steps=res.steps + counters.get("failed_steps",
+                                                                                    counters["steps"])))
             config = _excuse(config, exc)
         except Flaky as exc:
             res.error = f"the target behaved non-deterministically: {str(exc).splitlines()[0]}"
@@ -343,10 +364,12 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
         f = findings[0]
         more = f" (and {len(findings) - 1} more {prop} finding(s) in this run)" if len(findings) > 1 else ""
         res.violations.append(Violation(prop, f.message + more, "free-running", 0,
-                                        history_steps(f.ops, prop, f.message, f.culprit), cfg, concurrency="free"))
+                                        history_steps(f.ops, prop, f.message, f.culprit), cfg, concurrency="free",
+                                        detected_seconds=time.monotonic(), detected_steps=fr.ops))
     if fr.leak == "fail":
         res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", "free-running",
-                                        0, [], cfg, concurrency="free"))
+                                        0, [], cfg, concurrency="free", detected_seconds=time.monotonic(),
+                                        detected_steps=fr.ops))
     if fr.check.verdict == "unknown":
         res.unknown = (f"{len(fr.check.unknown)} of {fr.check.partitions} handle histories ran out of the "
                        f"linearizability search budget")
@@ -400,7 +423,8 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
                     break
                 res.violations.append(Violation(exc.prop, f"program {prog.name} ({prog.edge}): {exc.message}",
                                                 "boundary", round_, [s.to_json() for s in exc.steps],
-                                                _config_json(config), exc))
+                                                _config_json(config), exc, detected_seconds=time.monotonic(),
+                                                detected_steps=res.steps))
                 config = _excuse(config, exc)
             warped = warped or prog.needs_warp
         if scheduled:
@@ -428,7 +452,8 @@ def _run_programs_scheduled(target: LoadedTarget, progs: list, base: SessionConf
             if exc is not None:
                 res.violations.append(Violation(exc.prop, f"program {prog.name} ({prog.edge}), readers lagging: "
                                                 f"{exc.message}", "boundary", 0, [s.to_json() for s in exc.steps],
-                                                _config_json(config), exc, concurrency="controlled"))
+                                                _config_json(config), exc, concurrency="controlled",
+                                                detected_seconds=time.monotonic(), detected_steps=res.steps))
                 config = replace(config, excused=config.excused | {exc.prop})
 
 
@@ -453,9 +478,16 @@ def history_steps(ops: list, prop: str, message: str, culprit: Any = None) -> li
     return steps
 
 
-def _count(machine: type, counters: dict[str, int]) -> None:
-    """Count examples (machine instances) and steps (calls run) of one round."""
-    run, init = machine._run, machine.__init__
+def _count(machine: type, counters: dict[str, Any]) -> None:
+    """Count examples (machine instances) and steps (calls run) of one round,
+    and mark the first failing step (``failed_at``: ``time.monotonic()``;
+    ``failed_steps``: steps run so far), before Hypothesis shrinks it."""
+    run, init, teardown = machine._run, machine.__init__, machine.teardown
+
+    def mark_failure():
+        if "failed_at" not in counters:
+            counters["failed_at"] = time.monotonic()
+            counters["failed_steps"] = counters["steps"]
 
     def counting_init(self):
         counters["examples"] += 1
@@ -463,10 +495,22 @@ def _count(machine: type, counters: dict[str, int]) -> None:
 
     def counting_run(self, call: Call):
         counters["steps"] += 1
-        return run(self, call)
+        try:
+            return run(self, call)
+        except PropertyViolation:
+            mark_failure()
+            raise
+
+    def marking_teardown(self):
+        try:
+            return teardown(self)
+        except PropertyViolation:  # LEAK, found when the store closes
+            mark_failure()
+            raise
 
     machine.__init__ = counting_init
     machine._run = counting_run
+    machine.teardown = marking_teardown
 
 
 def _excuse(config: SessionConfig, exc: PropertyViolation) -> SessionConfig:
