@@ -6,6 +6,10 @@
 ``shmspec prove [--profile P] [--chunks K] [--report-dir DIR]``: z3 obligations
 over the model's ring arithmetic; exit 0 iff every one is proven, 1 otherwise.
 
+``shmspec mutants [--only NAME,...] [--profile P] [--seed N] [--report-dir DIR]``:
+the gate on every seeded fault (conformance/mutants/); exit 0 iff each is
+caught by the property it names, 1 otherwise.
+
 Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
   1  at least one violation (verdict "fail");
@@ -71,6 +75,13 @@ def build_parser() -> argparse.ArgumentParser:
                     help="live chunks unrolled in the inductive steps (default 4)")
     pr.add_argument("--report-dir", type=Path, default=None,
                     help="directory for prove.json (default reports/<time>-prove)")
+    mu = sub.add_parser("mutants", help="run the gate on every seeded fault of impl; score caught / total")
+    mu.add_argument("--only", default=None, help="comma-separated fault names (default: all; see --list)")
+    mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
+    mu.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    mu.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
+    mu.add_argument("--report-dir", type=Path, default=None,
+                    help="directory for mutants.json and one gate report per fault (default reports/<time>-mutants)")
     return p
 
 
@@ -93,6 +104,23 @@ def prove(args: argparse.Namespace) -> int:
     return run(Console(), Console(stderr=True), args.report_dir or default_report_dir("prove"), chunks, args.profile)
 
 
+def mutants(args: argparse.Namespace) -> int:
+    """``shmspec mutants``: exit 0 iff every fault is caught by the property
+    it names, 1 otherwise, 2 on a usage error (unknown fault, unusable report
+    directory), 130 interrupted."""
+    from .mutation import main as run_mutants_command
+
+    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    try:
+        return run_mutants_command(args, Console(), Console(stderr=True))
+    except KeyboardInterrupt:
+        Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",
+                                   markup=False, highlight=False)
+        return EXIT_INTERRUPTED
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
@@ -101,6 +129,8 @@ def main(argv: list[str] | None = None) -> int:
         return model(args)
     if args.command == "prove":
         return prove(args)
+    if args.command == "mutants":
+        return mutants(args)
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 

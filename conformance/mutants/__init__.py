@@ -15,3 +15,64 @@ from pathlib import Path
 
 MUTANTS_DIR = Path(__file__).resolve().parent
 """Folder holding the fault module files."""
+
+import re
+from dataclasses import dataclass
+
+CONTROL = "control_unmodified"
+"""impl wrapped exactly like a fault, with no bug: the gate must pass it."""
+
+_EXPECTED = re.compile(r"^Must be caught by: ([A-Z]+)\b", re.MULTILINE)
+_SUMMARY = re.compile(r"^(?:Fault|Variant) \w+: (.+?)\s*$", re.MULTILINE)
+
+
+@dataclass(frozen=True)
+class Fault:
+    """One seeded fault: ``name`` (the file's stem), ``path`` (load it as
+    ``file:<path>``), ``expected`` (the property id that must detect it) and
+    ``summary`` (the docstring's first line, after the name)."""
+
+    name: str
+    path: Path
+    expected: str
+    summary: str
+
+    @property
+    def target(self) -> str:
+        return f"file:{self.path}"
+
+
+def _read(path: Path) -> Fault:
+    text = path.read_text()
+    doc = re.match(r'\s*"""(.*?)"""', text, re.DOTALL)
+    body = doc.group(1) if doc else ""
+    m = _EXPECTED.search(body)
+    if m is None:
+        raise ValueError(f"{path.name}: no 'Must be caught by: <PROPERTY>' line in its docstring")
+    s = _SUMMARY.search(body)
+    return Fault(path.stem, path, m.group(1), s.group(1).replace("``", "") if s else "")
+
+
+def faults(only: list[str] | None = None) -> list[Fault]:
+    """Every seeded fault in this folder, by name (the control excluded), or
+    only those named in ``only`` (in that order).
+
+    Raises:
+        KeyError: a name in ``only`` that is no fault here (message lists them).
+        ValueError: a fault file without a ``Must be caught by:`` line.
+    """
+    found = {p.stem: p for p in sorted(MUTANTS_DIR.glob("*.py")) if p.stem not in ("__init__", CONTROL)}
+    if only is None:
+        return [_read(p) for p in found.values()]
+    unknown = [n for n in only if n not in found]
+    if unknown:
+        raise KeyError(f"unknown fault(s) {', '.join(unknown)}; known: {', '.join(found)}")
+    return [_read(found[n]) for n in only]
+
+
+def control() -> Fault:
+    """The unmodified control, shaped like a fault (``expected`` is ``""``: nothing may catch it)."""
+    return Fault(CONTROL, MUTANTS_DIR / f"{CONTROL}.py", "", "impl unmodified")
+
+
+__all__ = ["CONTROL", "MUTANTS_DIR", "Fault", "control", "faults"]

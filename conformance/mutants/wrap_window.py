@@ -6,8 +6,8 @@ Across the id wraparound (``id_start = 2**31 - 2``, ``id_end = 1``) the window
 is empty, so every live handle is rejected as stale.  (impl's store with only
 that check added.)
 
-Must be caught by: the boundary campaign's id-wrap program (CONFORMANCE: a live
-handle gives StaleHandle); the random campaigns never reach 2**31 ids.
+Must be caught by: CONFORMANCE (the boundary campaign's id-wrap program: a
+live handle gives StaleHandle); the random campaigns never reach 2**31 ids.
 """
 
 from shmspec import impl as _impl

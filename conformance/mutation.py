@@ -1,0 +1,300 @@
+"""Mutation score: the gate run on every seeded fault (``shmspec mutants``).
+
+Each fault of the library (:mod:`.mutants`: impl with one realistic bug, its
+docstring naming the property that must detect it) is loaded as a ``file:``
+target and judged by one gate run (:func:`.gate.run_gate`, profile ``ci`` by
+default).  A fault is **caught** when the property it names is among the
+properties the gate found violated; other violations are reported beside it.
+The **detection** of a fault is its first violation in time: which property,
+which campaign, the seconds from the gate's start until the failing step
+first ran (before shrinking) and the steps the gate had run until then.
+
+Results: :class:`MutantsResult`; :func:`write_json` writes ``mutants.json``
+(schema ``shmspec.mutants/1``, documented in reports/README.md), each fault's
+own gate report going to ``<report dir>/<fault name>/``.
+"""
+
+from __future__ import annotations
+
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.table import Table
+
+import shmspec
+
+from .gate import DEFAULT_CAMPAIGNS, GateResult, run_gate
+from .loader import load_file
+from .mutants import Fault
+from .report import write_report
+
+SCHEMA = "shmspec.mutants/1"
+
+
+@dataclass
+class FaultOutcome:
+    """One fault's gate run, reduced to its detection."""
+
+    fault: Fault
+    result: GateResult | None
+    seconds: float
+    report_dir: str | None = None
+    error: str | None = None
+    """Why the fault could not be run (load failure), else None."""
+
+    @property
+    def violated(self) -> list[str]:
+        """Property ids with a violation, in order of detection."""
+        out: list[str] = []
+        for v in self._by_detection():
+            if v.property not in out:
+                out.append(v.property)
+        return out
+
+    @property
+    def caught(self) -> bool:
+        return self.fault.expected in self.violated
+
+    def _by_detection(self) -> list:
+        if self.result is None:
+            return []
+        vs = self.result.violations
+        return sorted(vs, key=lambda v: (v.detected_seconds if v.detected_seconds is not None else float("inf")))
+
+    def first(self, prop: str | None = None):
+        """The first violation detected (of ``prop``, if given), or None."""
+        return next((v for v in self._by_detection() if prop is None or v.property == prop), None)
+
+    def to_json(self) -> dict[str, Any]:
+        first = self.first()
+        exp = self.first(self.fault.expected)
+        return {
+            "name": self.fault.name,
+            "summary": self.fault.summary,
+            "expected": self.fault.expected,
+            "caught": self.caught,
+            "caught_by": first.property if first else None,
+            "campaign": first.campaign if first else None,
+            "concurrency": first.concurrency if first else None,
+            "seconds_to_detection": first.detected_seconds if first else None,
+            "steps_to_detection": first.detected_steps if first else None,
+            "expected_detection": None if exp is None else {
+                "campaign": exp.campaign, "concurrency": exp.concurrency,
+                "seconds": exp.detected_seconds, "steps": exp.detected_steps, "shrunk_steps": len(exp.steps),
+            },
+            "violated": self.violated,
+            "verdict": self.result.verdict if self.result else "error",
+            "gate_seconds": round(self.seconds, 2),
+            "errors": ([self.error] if self.error else []) + (
+                [f"{c.name}: {c.error}" for c in self.result.campaigns if c.error] if self.result else []),
+            "report": self.report_dir,
+        }
+
+
+@dataclass
+class MutantsResult:
+    profile: str
+    seed: int | None
+    started: str
+    outcomes: list[FaultOutcome] = field(default_factory=list)
+    seconds: float = 0.0
+
+    @property
+    def caught(self) -> int:
+        return sum(o.caught for o in self.outcomes)
+
+    @property
+    def total(self) -> int:
+        return len(self.outcomes)
+
+    def detection_seconds(self) -> list[float]:
+        """Seconds to detection of every caught fault."""
+        out = []
+        for o in self.outcomes:
+            v = o.first()
+            if o.caught and v is not None and v.detected_seconds is not None:
+                out.append(v.detected_seconds)
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        times = self.detection_seconds()
+        return {
+            "schema": SCHEMA,
+            "tool": {"name": "shmspec", "version": shmspec.__version__},
+            "command": "mutants",
+            "profile": self.profile,
+            "seed": self.seed,
+            "started": self.started,
+            "seconds": round(self.seconds, 2),
+            "caught": self.caught,
+            "total": self.total,
+            "score": round(self.caught / self.total, 4) if self.total else None,
+            "median_seconds_to_detection": round(statistics.median(times), 3) if times else None,
+            "worst_seconds_to_detection": max(times) if times else None,
+            "faults": [o.to_json() for o in self.outcomes],
+        }
+
+
+def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
+              on_progress: Callable[[str, int, int], None] | None = None, campaigns=DEFAULT_CAMPAIGNS,
+              concurrency: str | None = None, started: str | None = None) -> FaultOutcome:
+    """Run the gate on one fault and, when ``report_dir`` is given, write its
+    gate report there (``report.json``, ``report.html``, ``repro_test.py``).
+    A fault that cannot be loaded is an outcome with ``error`` set (not caught)."""
+    from .loader import TargetError
+
+    t0 = time.monotonic()
+    try:
+        target = load_file(fault.path)
+    except TargetError as exc:
+        return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
+    result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns, concurrency=concurrency)
+    out = FaultOutcome(fault, result, time.monotonic() - t0)
+    if report_dir is not None:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        for name in ("report.json", "report.html", "repro_test.py"):
+            (report_dir / name).unlink(missing_ok=True)
+        write_report(result, report_dir, started, str(fault.path))
+        out.report_dir = report_dir.name
+    return out
+
+
+def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
+                on_fault: Callable[[int, Fault], None] | None = None,
+                on_progress: Callable[[str, int, int], None] | None = None,
+                on_done: Callable[[FaultOutcome], None] | None = None,
+                campaigns=DEFAULT_CAMPAIGNS, concurrency: str | None = None, started: str = "") -> MutantsResult:
+    """Run the gate on each fault in turn (sequentially: every gate already
+    uses the machine's cores for its reader processes).  ``on_fault(i, fault)``
+    before each, ``on_progress`` is the gate's, ``on_done(outcome)`` after each.
+    ``campaigns`` and ``concurrency`` narrow the gate (tests)."""
+    res = MutantsResult(profile, seed, started)
+    t0 = time.monotonic()
+    for i, fault in enumerate(faults):
+        if on_fault:
+            on_fault(i, fault)
+        sub = report_dir / fault.name if report_dir is not None else None
+        out = run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started)
+        res.outcomes.append(out)
+        if on_done:
+            on_done(out)
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def write_json(res: MutantsResult, report_dir: Path) -> Path:
+    """Write ``mutants.json`` (schema ``shmspec.mutants/1``); return its path."""
+    import json
+
+    report_dir.mkdir(parents=True, exist_ok=True)
+    path = report_dir / "mutants.json"
+    path.write_text(json.dumps(res.to_json(), indent=2) + "\n")
+    return path
+
+
+def _fmt_s(x: float | None) -> str:
+    return "-" if x is None else f"{x:.1f}"
+
+
+def summary_table(res: MutantsResult) -> Table:
+    """Fault, expected property, verdict, what detected it first (property,
+    campaign, seconds and steps to detection), other properties violated."""
+    t = Table(title=f"seeded faults: {res.caught}/{res.total} caught (gate profile {res.profile})",
+              title_justify="left")
+    for col, kw in (("fault", {}), ("expected", {}), ("caught", {}), ("first found", {}), ("campaign", {}),
+                    ("s to detect", {"justify": "right"}), ("steps", {"justify": "right"}),
+                    ("also violated", {}), ("gate s", {"justify": "right"})):
+        t.add_column(col, **kw)
+    for o in res.outcomes:
+        row = o.to_json()
+        others = [p for p in o.violated if p not in (row["caught_by"], o.fault.expected)]
+        if o.error or row["errors"]:
+            others.append("[yellow]error[/]")
+        t.add_row(
+            o.fault.name, o.fault.expected,
+            "[green]yes[/]" if o.caught else "[bold red]NO[/]",
+            row["caught_by"] or "-", row["campaign"] or "-",
+            _fmt_s(row["seconds_to_detection"]),
+            "-" if row["steps_to_detection"] is None else str(row["steps_to_detection"]),
+            ", ".join(others) or "-",
+            _fmt_s(o.seconds),
+        )
+    return t
+
+
+def summary_line(res: MutantsResult) -> str:
+    times = res.detection_seconds()
+    med = f"{statistics.median(times):.1f}" if times else "-"
+    worst = f"{max(times):.1f}" if times else "-"
+    return (f"score {res.caught}/{res.total}; time to detection median {med} s, worst {worst} s; "
+            f"wall time {res.seconds:.0f} s")
+
+
+def main(args, console, err) -> int:
+    """The ``shmspec mutants`` command (``args`` from cli.py's parser):
+    a rich progress bar over faults (and the current fault's campaign), then
+    the summary table and line; ``mutants.json`` and per-fault reports under
+    the report directory.  Returns the exit status."""
+    import datetime as _dt
+
+    from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    from .mutants import faults as library
+    from .report import default_report_dir
+
+    try:
+        chosen = library([n.strip() for n in args.only.split(",") if n.strip()] if args.only else None)
+    except (KeyError, ValueError) as exc:
+        err.print(f"shmspec: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
+                  soft_wrap=True)
+        return 2
+    if args.list:
+        t = Table("fault", "must be caught by", "bug", title=f"{len(chosen)} seeded faults", title_justify="left")
+        for f in chosen:
+            t.add_row(f.name, f.expected, f.summary)
+        console.print(t)
+        return 0
+    report_dir = args.report_dir or default_report_dir("mutants")
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        (report_dir / "mutants.json").unlink(missing_ok=True)
+    except OSError as exc:
+        err.print(f"shmspec: error: cannot write the report to {report_dir}: {exc.strerror or exc}",
+                  markup=False, highlight=False, soft_wrap=True)
+        return 2
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                  TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
+                  transient=True) as progress:
+        bar = progress.add_task("faults", total=len(chosen))
+        current = {"name": ""}
+
+        def on_fault(i: int, fault) -> None:
+            current["name"] = fault.name
+            progress.update(bar, completed=i, description=f"fault {fault.name}")
+
+        def on_progress(name: str, done: int, total: int) -> None:
+            progress.update(bar, description=f"fault {current['name']}: campaign {name} ({done}/{total})")
+
+        def on_done(out: FaultOutcome) -> None:
+            mark = "[green]caught[/]" if out.caught else "[bold red]NOT caught[/]"
+            first = out.first()
+            how = f" first by {first.property} ({first.campaign}) after {first.detected_seconds:.1f} s" \
+                if first is not None and first.detected_seconds is not None else ""
+            progress.console.print(f"{out.fault.name}: {mark} ({out.fault.expected}){how}")
+            progress.advance(bar)
+
+        res = run_mutants(chosen, args.profile, args.seed, report_dir, on_fault, on_progress, on_done,
+                          started=started)
+    path = write_json(res, report_dir)
+    console.print(summary_table(res))
+    console.print(summary_line(res))
+    console.print(f"report: {path}")
+    return 0 if res.caught == res.total else 1
+
+
+__all__ = ["SCHEMA", "FaultOutcome", "MutantsResult", "main", "run_fault", "run_mutants", "summary_line", "summary_table",
+           "write_json"]

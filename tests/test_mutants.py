@@ -1,0 +1,135 @@
+"""The seeded-fault library and ``shmspec mutants``, in reduced form.
+
+The full run (every fault through the whole ``ci`` gate, tens of minutes) is
+``shmspec mutants``; here a few fast faults go through the mutants runner with
+a reduced gate (profile ``tiny``: the ``ci`` profile with fewer, shorter
+examples, registered for these tests only; its ``core`` campaign only, no
+processes), and the unmodified control must *not* be caught, so a runner that
+calls everything caught fails this file.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import replace
+
+import pytest
+
+from shmspec.conformance import cli, mutation
+from shmspec.conformance.gate import ALL_PROPERTIES, GATE_PROFILES, run_gate
+from shmspec.conformance.loader import load_file
+from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance.mutants import CONTROL, MUTANTS_DIR, control, faults
+
+CORE = tuple(c for c in CAMPAIGNS if c.name == "core")
+FAST = ["dup_overwrite", "size_off_by_one", "leaky_close", "early_free"]
+
+
+@pytest.fixture(autouse=True)
+def tiny(monkeypatch):
+    """The reduced gate profile ``tiny`` (ci with 30 examples of 20 steps,
+    one excusal round, 5 s of shrinking per counterexample)."""
+    monkeypatch.setitem(GATE_PROFILES, "tiny", replace(GATE_PROFILES["ci"], name="tiny", max_examples=30,
+                                                        step_count=20, rounds=1, shrink_seconds=5))
+
+
+def _narrow(monkeypatch):
+    """Make the CLI's gate runs ``tiny`` and core-only."""
+    gate = mutation.run_gate
+
+    def core_only(target, profile, seed, on_progress=None, campaigns=None, concurrency=None):
+        return gate(target, "tiny", seed, on_progress=on_progress, campaigns=CORE, concurrency="off")
+
+    monkeypatch.setattr(mutation, "run_gate", core_only)
+
+ROW_KEYS = {"name", "expected", "caught", "caught_by", "campaign", "seconds_to_detection", "steps_to_detection",
+            "expected_detection", "violated", "verdict", "gate_seconds", "errors", "report"}
+
+
+def test_library_has_at_least_20_named_faults_each_naming_a_property():
+    fs = faults()
+    assert len(fs) >= 20
+    assert len({f.name for f in fs}) == len(fs)
+    assert CONTROL not in {f.name for f in fs}
+    for f in fs:
+        assert f.expected in ALL_PROPERTIES, f"{f.name}: unknown property {f.expected}"
+        assert f.summary, f"{f.name}: docstring has no 'Fault <name>: <bug>' first line"
+        assert f.path.parent == MUTANTS_DIR
+
+
+def test_every_fault_loads_as_an_impl_profile_file_target():
+    for f in faults() + [control()]:
+        target = load_file(f.path)
+        assert target.profile.name == "impl", f.name
+
+
+def test_only_keeps_the_order_and_rejects_unknown_names():
+    assert [f.name for f in faults(["leaky_close", "dup_overwrite"])] == ["leaky_close", "dup_overwrite"]
+    with pytest.raises(KeyError, match="nope"):
+        faults(["nope"])
+
+
+def test_reduced_run_catches_fast_faults_and_writes_mutants_json(tmp_path):
+    res = mutation.run_mutants(faults(FAST), "tiny", report_dir=tmp_path, campaigns=CORE, concurrency="off")
+    path = mutation.write_json(res, tmp_path)
+    data = json.loads(path.read_text())
+    assert data["schema"] == "shmspec.mutants/1"
+    assert (data["caught"], data["total"]) == (4, 4), json.dumps(data["faults"], indent=1)
+    assert data["score"] == 1.0
+    assert [r["name"] for r in data["faults"]] == FAST
+    for row in data["faults"]:
+        assert ROW_KEYS <= set(row), row
+        assert row["caught"] and row["expected"] in row["violated"]
+        assert row["caught_by"] == row["violated"][0]
+        assert row["campaign"] == "core"
+        assert 0 < row["seconds_to_detection"] <= row["gate_seconds"]
+        assert row["steps_to_detection"] >= 1
+        assert row["expected_detection"]["shrunk_steps"] >= 1
+        report = json.loads((tmp_path / row["report"] / "report.json").read_text())
+        assert report["verdict"] == "fail" and report["properties"][row["expected"]] == "fail"
+    assert data["median_seconds_to_detection"] <= data["worst_seconds_to_detection"]
+
+
+def test_the_unmodified_control_is_not_caught(tmp_path):
+    """impl wrapped like a fault, claimed to be a DUP fault: the runner must
+    report it not caught (the gate passes it)."""
+    decoy = replace(control(), expected="DUP")
+    out = mutation.run_fault(decoy, "tiny", campaigns=CORE, concurrency="off")
+    assert out.result.verdict == "pass"
+    assert not out.caught and out.violated == []
+    row = out.to_json()
+    assert row["caught_by"] is None and row["seconds_to_detection"] is None
+
+
+def test_detection_is_before_shrinking_and_counts_gate_steps():
+    target = load_file(MUTANTS_DIR / "dup_overwrite.py")
+    result = run_gate(target, "tiny", campaigns=CORE, concurrency="off", first_finding_only=True)
+    v = result.violations[0]
+    assert v.detected_seconds is not None and v.detected_seconds <= result.seconds
+    assert v.detected_steps <= result.campaigns[0].steps
+    assert v.detected_steps >= len([s for s in v.steps if s["action"] != "attach_reader"])
+
+
+def test_cli_mutants_exit_status_and_table(tmp_path, monkeypatch, capsys):
+    _narrow(monkeypatch)
+    rc = cli.main(["mutants", "--only", "dup_overwrite,leaky_close", "--report-dir", str(tmp_path)])
+    out = capsys.readouterr().out
+    assert rc == 0, out
+    assert "2/2 caught" in out and "score 2/2" in out
+    data = json.loads((tmp_path / "mutants.json").read_text())
+    assert (data["caught"], data["total"]) == (2, 2)
+    assert (tmp_path / "leaky_close" / "report.html").exists()
+
+
+def test_cli_mutants_fails_when_a_fault_escapes(tmp_path, monkeypatch):
+    """A fault whose expected property the (narrowed) gate cannot see exits 1:
+    LOCK is checked only by the lock campaign, not by core."""
+    _narrow(monkeypatch)
+    assert cli.main(["mutants", "--only", "lockless_reader", "--report-dir", str(tmp_path)]) == 1
+    row = json.loads((tmp_path / "mutants.json").read_text())["faults"][0]
+    assert row["caught"] is False and row["expected"] == "LOCK"
+
+
+def test_cli_mutants_usage_errors(tmp_path):
+    assert cli.main(["mutants", "--only", "nope", "--report-dir", str(tmp_path)]) == 2
+    assert cli.main(["mutants", "--list"]) == 0
