@@ -85,6 +85,14 @@ WRITE_BEGINS = ("header_write", "payload_write", "publish", "free_step", "clear"
 COPY_READ = (("check", "reader_check"), ("payload_read", "payload_read"), ("recheck", "reader_check"),
              ("counter_increment", "lock_acquire"), ("deserialize", "deserialize"))
 """impl's read path: each spec read step and the yield point it begins at."""
+CAUSES = {
+    "inside-put": "the spec interleaves a reader step inside a put; this target's writer runs a put whole",
+    "whole-free": "this target's free_unused reclaims every reclaimable chunk in one step",
+    "id-wrap": "the spec's ids wrap at IdMod; the target's 2**31 ids tell the handles apart",
+}
+"""Departures that come from the mapping, not from the target: a target
+without writer yield points (vLLM) cannot stop inside a put or between two
+free steps; no target reaches the spec's small id wraparound."""
 IN_PLACE_READ = (("check", "reader_check"), ("payload_read", "deserialize"), ("counter_increment", "lock_acquire"))
 """vLLM's read path (0.11 - 0.33): the id check, deserialize in place, count."""
 
@@ -122,8 +130,7 @@ def object_data(geo: Geometry, abs_: int, size: int) -> bytes:
     units: its number (4 bytes LE), then a fill byte of its own, so that the
     chunk is exactly ``size * geo.unit`` bytes and every object differs."""
     n = size * geo.unit - HEADER_BYTES - COUNT_BYTES - MD_BYTES
-    body = struct.pack("<I", abs_)
-    return (body + bytes([0x41 + abs_ % 26]) * n)[:n] if n < 4 else body + bytes([0x41 + abs_ % 26]) * (n - 4)
+    return (struct.pack("<I", abs_) + bytes([0x41 + abs_ % 26]) * n)[:n]
 
 
 # -------------------------------------------------------------- observations
@@ -301,6 +308,8 @@ class StepResult:
     spec: Observation
     target: Observation
     lanes: list[dict[str, Any]] = field(default_factory=list)
+    cause: str | None = None
+    """For a departure the mapping cannot avoid, why (:data:`CAUSES`)."""
 
     @property
     def agrees(self) -> bool:
@@ -310,7 +319,7 @@ class StepResult:
         return {"index": self.index, "action": self.step.name, "process": self.step.process,
                 "args": {k: (list(v) if isinstance(v, tuple) else v) for k, v in self.step.args},
                 "spec": self.spec.render(), "target": self.target.render(), "agrees": self.agrees,
-                "scheduled": self.lanes}
+                "cause": self.cause, "scheduled": self.lanes}
 
 
 @dataclass
@@ -346,8 +355,9 @@ class TargetReplay:
             return f"{self.target} follows all {len(self.steps)} steps{tail} ({self.seconds:.2f} s)"
         spec, got = (d.spec.outcome, d.target.outcome) if d.spec.outcome != d.target.outcome else (
             d.spec.render(), d.target.render())
+        why = f" [{d.cause}: {CAUSES[d.cause]}]" if d.cause else ""
         return (f"{self.target} departs at step {d.index} {d.step.name}({d.step.process}): spec "
-                f"{spec!r}, target {got!r}{tail} ({self.seconds:.2f} s)")
+                f"{spec!r}, target {got!r}{why}{tail} ({self.seconds:.2f} s)")
 
     def to_json(self) -> dict[str, Any]:
         return {"target": self.target, "departs": self.departs, "seconds": round(self.seconds, 3),
@@ -408,6 +418,9 @@ class _Run:
         self.put_handle: tuple[int, int] | None = None
         self.seen: dict[str, int] = {}
         self.lanes: list[dict[str, Any]] = []
+        self.whole_writer = target.profile.lenient_stale
+        """vLLM's writer: no yield points, every operation runs whole."""
+        self.read_inside_put = False
 
     # -- plumbing
     def _exec(self, proc: str, kind: str, action: str = "", args: dict | None = None) -> StepOutcome:
@@ -510,13 +523,14 @@ class _Run:
         # free_step
         snap = self.session.snap
         ids = [c.id for c in snap.chunks] if snap is not None else []
-        if point is None:
+        if point is None:  # vLLM's free_unused runs whole here (no writer yield points)
             out = self._to_begin(WRITER, self._exec(WRITER, "start", "free_unused", {}), ("free_step",))
-            if out.result is not None:
-                return "freed nothing" if out.result["error"] is None else out.result["error"]
+            if out.result is not None and out.result["error"] is not None:
+                return out.result["error"]
         elif point != "free_step":
             return f"the writer is paused at {point}"
-        self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
+        if self._point(WRITER) == "free_step":
+            self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
         snap = self.session.snap
         left = {c.id for c in snap.chunks} if snap is not None else set()
         freed = [self._id(i) for i in ids if i not in left]
@@ -565,6 +579,21 @@ class _Run:
             return f"deserialized {got or 'nothing'}"
         return base + (f" (deserialized {got})" if got else "")
 
+    def cause(self, step: Step, before: State | None, want: Observation, got: Observation) -> str | None:
+        """Why a departure is the mapping's (a key of :data:`CAUSES`), if it is."""
+        if before is None:
+            return None
+        if _read_kind(step) == "check" and (want.outcome, got.outcome) == ("passed", "stale") and before.puts > self.cfg.id_mod:
+            # the header at the handle's address carries the handle's id modulo
+            # IdMod (the spec passes) but another allocation's full id
+            return "id-wrap"
+        if self.whole_writer and (step.name in ("payload_read", "counter_increment") and before.wpc != "idle"
+                                  or step.name in ("payload_write", "publish") and self.read_inside_put):
+            return "inside-put"
+        if self.whole_writer and step.name == "free_step" and got.outcome.startswith("freed ids"):
+            return "whole-free"
+        return None
+
     def step(self, step: Step, want: Observation) -> Observation:
         try:
             outcome = self.writer(step) if step.process == WRITER else self.reader(step)
@@ -603,9 +632,16 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
         run = _Run(cfg, geo, target, pool)
         for i in range(1, len(behaviour.steps)):
             step, want = behaviour.steps[i], behaviour.expect[i]
+            before = behaviour.states[i - 1] if behaviour.states else None
             run.lanes = []
             got = run.step(step, want)
             res = StepResult(i, step, want, got, run.lanes)
+            if not res.agrees:
+                res.cause = run.cause(step, before, want, got)
+            if before is not None and step.name in ("payload_read", "counter_increment") and before.wpc != "idle":
+                run.read_inside_put = True
+            elif step.name == "publish":
+                run.read_inside_put = False
             results.append(res)
             if not res.agrees and departs is None:
                 departs = i
@@ -625,6 +661,6 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
     return TargetReplay(target.spec, results, departs, violations, time.perf_counter() - t0, error)
 
 
-__all__ = ["Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
+__all__ = ["CAUSES", "Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
            "departs_first", "expected", "geometry", "obj_name", "object_data", "recover_step",
            "replay_on_target", "spec_ring"]
