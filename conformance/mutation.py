@@ -26,7 +26,7 @@ from rich.table import Table
 
 import shmspec
 
-from .gate import DEFAULT_CAMPAIGNS, GateResult, run_gate
+from .gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate
 from .loader import load_file
 from .mutants import Fault
 from .report import write_report
@@ -96,28 +96,26 @@ class FaultOutcome:
 
 @dataclass
 class MutantsResult:
+    """The run: one row per fault (:meth:`FaultOutcome.to_json`), in run order."""
+
     profile: str
     seed: int | None
     started: str
-    outcomes: list[FaultOutcome] = field(default_factory=list)
+    rows: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
 
     @property
     def caught(self) -> int:
-        return sum(o.caught for o in self.outcomes)
+        return sum(bool(r["caught"]) for r in self.rows)
 
     @property
     def total(self) -> int:
-        return len(self.outcomes)
+        return len(self.rows)
 
     def detection_seconds(self) -> list[float]:
         """Seconds to detection of every caught fault."""
-        out = []
-        for o in self.outcomes:
-            v = o.first()
-            if o.caught and v is not None and v.detected_seconds is not None:
-                out.append(v.detected_seconds)
-        return out
+        return [r["seconds_to_detection"] for r in self.rows
+                if r["caught"] and r["seconds_to_detection"] is not None]
 
     def to_json(self) -> dict[str, Any]:
         times = self.detection_seconds()
@@ -134,16 +132,17 @@ class MutantsResult:
             "score": round(self.caught / self.total, 4) if self.total else None,
             "median_seconds_to_detection": round(statistics.median(times), 3) if times else None,
             "worst_seconds_to_detection": max(times) if times else None,
-            "faults": [o.to_json() for o in self.outcomes],
+            "faults": list(self.rows),
         }
 
 
 def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
               on_progress: Callable[[str, int, int], None] | None = None, campaigns=DEFAULT_CAMPAIGNS,
               concurrency: str | None = None, started: str | None = None) -> FaultOutcome:
-    """Run the gate on one fault and, when ``report_dir`` is given, write its
-    gate report there (``report.json``, ``report.html``, ``repro_test.py``).
-    A fault that cannot be loaded is an outcome with ``error`` set (not caught)."""
+    """Run the gate on one fault in this process and, when ``report_dir`` is
+    given, write its gate report there (``report.json``, ``report.html``,
+    ``repro_test.py``).  A fault that cannot be loaded is an outcome with
+    ``error`` set (not caught)."""
     from .loader import TargetError
 
     t0 = time.monotonic()
@@ -162,25 +161,95 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
     return out
 
 
+def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    raise KeyboardInterrupt(f"signal {signum}")
+
+
+def _child(queue, fault: Fault, gate_profile, seed: int | None, report_dir: Path | None, started: str,
+           campaigns, concurrency: str | None) -> None:
+    """Spawned per fault: run its gate, stream progress, send back its row.
+    SIGTERM unwinds like Ctrl-C, so the gate stops its workers on the way out."""
+    import signal
+
+    signal.signal(signal.SIGTERM, _interrupt)
+    GATE_PROFILES.setdefault(gate_profile.name, gate_profile)  # a profile registered by the caller only
+    try:
+        out = run_fault(fault, gate_profile.name, seed, report_dir, lambda *a: queue.put(("progress", a)),
+                        campaigns, concurrency, started)
+        queue.put(("row", out.to_json()))
+    except KeyboardInterrupt:
+        pass
+    except BaseException as exc:  # noqa: BLE001 - reported as the fault's error
+        queue.put(("row", FaultOutcome(fault, None, 0.0, error=f"{type(exc).__name__}: {exc}").to_json()))
+
+
+def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path | None, started: str,
+                  on_progress: Callable[[str, int, int], None] | None, campaigns=DEFAULT_CAMPAIGNS,
+                  concurrency: str | None = None) -> dict[str, Any]:
+    """:func:`run_fault` in a fresh (spawned) process, so no fault's gate run
+    shares interpreter state with another's: each row is what ``shmspec check
+    --target file:<fault>`` would find.  Interrupted (KeyboardInterrupt, or
+    SIGTERM turned into one), the child is terminated before this re-raises."""
+    import multiprocessing as mp
+    import queue as _queue
+
+    ctx = mp.get_context("spawn")
+    q = ctx.Queue()
+    proc = ctx.Process(target=_child, args=(q, fault, GATE_PROFILES[profile], seed, report_dir, started,
+                                            tuple(campaigns), concurrency), daemon=True)
+    proc.start()
+    try:
+        while True:
+            try:
+                kind, payload = q.get(timeout=1.0)
+            except _queue.Empty:
+                if not proc.is_alive():
+                    return FaultOutcome(fault, None, 0.0,
+                                        error=f"the gate process died (exit {proc.exitcode})").to_json()
+                continue
+            if kind == "progress" and on_progress:
+                on_progress(*payload)
+            elif kind == "row":
+                return payload
+    except BaseException:
+        if proc.is_alive():
+            proc.terminate()
+        raise
+    finally:
+        proc.join(timeout=30)
+        if proc.is_alive():
+            proc.kill()
+            proc.join()
+
+
 def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
                 on_fault: Callable[[int, Fault], None] | None = None,
                 on_progress: Callable[[str, int, int], None] | None = None,
-                on_done: Callable[[FaultOutcome], None] | None = None,
-                campaigns=DEFAULT_CAMPAIGNS, concurrency: str | None = None, started: str = "") -> MutantsResult:
+                on_done: Callable[[dict[str, Any]], None] | None = None,
+                campaigns=DEFAULT_CAMPAIGNS, concurrency: str | None = None, started: str = "",
+                isolate: bool = False) -> MutantsResult:
     """Run the gate on each fault in turn (sequentially: every gate already
     uses the machine's cores for its reader processes).  ``on_fault(i, fault)``
-    before each, ``on_progress`` is the gate's, ``on_done(outcome)`` after each.
-    ``campaigns`` and ``concurrency`` narrow the gate (tests)."""
+    before each, ``on_progress`` is the gate's, ``on_done(row)`` after each.
+    ``isolate``: each fault's gate in a fresh spawned process (what the CLI
+    does).  ``campaigns`` and ``concurrency`` narrow the gate (tests).
+
+    Raises:
+        KeyError: unknown gate profile.
+    """
     res = MutantsResult(profile, seed, started)
     t0 = time.monotonic()
     for i, fault in enumerate(faults):
         if on_fault:
             on_fault(i, fault)
         sub = report_dir / fault.name if report_dir is not None else None
-        out = run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started)
-        res.outcomes.append(out)
+        if isolate:
+            row = _run_isolated(fault, profile, seed, sub, started, on_progress, campaigns, concurrency)
+        else:
+            row = run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started).to_json()
+        res.rows.append(row)
         if on_done:
-            on_done(out)
+            on_done(row)
     res.seconds = time.monotonic() - t0
     return res
 
@@ -208,19 +277,18 @@ def summary_table(res: MutantsResult) -> Table:
                     ("s to detect", {"justify": "right"}), ("steps", {"justify": "right"}),
                     ("also violated", {}), ("gate s", {"justify": "right"})):
         t.add_column(col, **kw)
-    for o in res.outcomes:
-        row = o.to_json()
-        others = [p for p in o.violated if p not in (row["caught_by"], o.fault.expected)]
-        if o.error or row["errors"]:
+    for row in res.rows:
+        others = [p for p in row["violated"] if p not in (row["caught_by"], row["expected"])]
+        if row["errors"]:
             others.append("[yellow]error[/]")
         t.add_row(
-            o.fault.name, o.fault.expected,
-            "[green]yes[/]" if o.caught else "[bold red]NO[/]",
+            row["name"], row["expected"],
+            "[green]yes[/]" if row["caught"] else "[bold red]NO[/]",
             row["caught_by"] or "-", row["campaign"] or "-",
             _fmt_s(row["seconds_to_detection"]),
             "-" if row["steps_to_detection"] is None else str(row["steps_to_detection"]),
             ", ".join(others) or "-",
-            _fmt_s(o.seconds),
+            _fmt_s(row["gate_seconds"]),
         )
     return t
 
@@ -231,6 +299,11 @@ def summary_line(res: MutantsResult) -> str:
     worst = f"{max(times):.1f}" if times else "-"
     return (f"score {res.caught}/{res.total}; time to detection median {med} s, worst {worst} s; "
             f"wall time {res.seconds:.0f} s")
+
+
+ISOLATE = True
+"""``shmspec mutants`` runs each fault's gate in a fresh process (tests that
+narrow the gate in-process turn this off)."""
 
 
 def main(args, console, err) -> int:
@@ -279,16 +352,15 @@ def main(args, console, err) -> int:
         def on_progress(name: str, done: int, total: int) -> None:
             progress.update(bar, description=f"fault {current['name']}: campaign {name} ({done}/{total})")
 
-        def on_done(out: FaultOutcome) -> None:
-            mark = "[green]caught[/]" if out.caught else "[bold red]NOT caught[/]"
-            first = out.first()
-            how = f" first by {first.property} ({first.campaign}) after {first.detected_seconds:.1f} s" \
-                if first is not None and first.detected_seconds is not None else ""
-            progress.console.print(f"{out.fault.name}: {mark} ({out.fault.expected}){how}")
+        def on_done(row: dict) -> None:
+            mark = "[green]caught[/]" if row["caught"] else "[bold red]NOT caught[/]"
+            how = (f" first by {row['caught_by']} ({row['campaign']}) after {row['seconds_to_detection']:.1f} s"
+                   if row["seconds_to_detection"] is not None else "")
+            progress.console.print(f"{row['name']}: {mark} ({row['expected']}){how}")
             progress.advance(bar)
 
         res = run_mutants(chosen, args.profile, args.seed, report_dir, on_fault, on_progress, on_done,
-                          started=started)
+                          started=started, isolate=ISOLATE)
     path = write_json(res, report_dir)
     console.print(summary_table(res))
     console.print(summary_line(res))

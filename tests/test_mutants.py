@@ -41,6 +41,7 @@ def _narrow(monkeypatch):
         return gate(target, "tiny", seed, on_progress=on_progress, campaigns=CORE, concurrency="off")
 
     monkeypatch.setattr(mutation, "run_gate", core_only)
+    monkeypatch.setattr(mutation, "ISOLATE", False)  # the patch must reach the gate: same process
 
 ROW_KEYS = {"name", "expected", "caught", "caught_by", "campaign", "seconds_to_detection", "steps_to_detection",
             "expected_detection", "violated", "verdict", "gate_seconds", "errors", "report"}
@@ -88,6 +89,21 @@ def test_reduced_run_catches_fast_faults_and_writes_mutants_json(tmp_path):
         report = json.loads((tmp_path / row["report"] / "report.json").read_text())
         assert report["verdict"] == "fail" and report["properties"][row["expected"]] == "fail"
     assert data["median_seconds_to_detection"] <= data["worst_seconds_to_detection"]
+
+
+def test_isolated_run_streams_progress_and_matches_in_process(tmp_path):
+    """What the CLI does: the fault's gate in a spawned process, the reduced
+    profile and campaigns passed along; same row as in this process."""
+    seen = []
+    res = mutation.run_mutants(faults(["size_off_by_one"]), "tiny", report_dir=tmp_path, campaigns=CORE,
+                               concurrency="off", isolate=True, on_progress=lambda *a: seen.append(a))
+    row = res.rows[0]
+    assert row["caught"] and row["caught_by"] == "SIZE" and not row["errors"], row
+    assert ("core", 0, 1) in seen and seen[-1][0] == "done"
+    assert (tmp_path / "size_off_by_one" / "report.json").exists()
+    here = mutation.run_fault(faults(["size_off_by_one"])[0], "tiny", campaigns=CORE, concurrency="off").to_json()
+    assert (here["caught_by"], here["campaign"], here["violated"]) == (row["caught_by"], row["campaign"],
+                                                                       row["violated"])
 
 
 def test_the_unmodified_control_is_not_caught(tmp_path):
