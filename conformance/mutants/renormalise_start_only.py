@@ -6,8 +6,10 @@ used bytes by ``B``, so the ring believes itself full: puts fail with
 ``MemoryError`` until it empties completely, and handles carry addresses one
 ``B`` too high.  (``free_buf`` below is impl's with only that line changed.)
 
-Must be caught by: CONFORMANCE (the ring's pointers and the put outcomes
-differ from the model; the store's own state is consistent with its outcomes).
+Must be caught by: OOM (put raises ``MemoryError`` exactly when, after FIFO
+reclaim, no contiguous room exists: the store's own chunks leave room that its
+inflated ``end`` hides).  CONFORMANCE (the pointers differ from the model)
+usually comes first.
 """
 
 from itertools import chain

@@ -7,9 +7,10 @@ free space is stale: bytes already reclaimed still count as used, so puts fail
 with ``MemoryError`` (or wrap) where the space is free.  (``free_buf`` below
 is impl's with only the pointer update removed.)
 
-Must be caught by: CONFORMANCE (the ring's ``start`` and the handles differ
-from the model; on its own stale state the store is consistent, so no other
-property sees it).
+Must be caught by: OOM (put raises ``MemoryError`` exactly when, after FIFO
+reclaim, no contiguous room exists: on the store's own chunks, FIFO reclaim
+leaves room that its stale ``start`` hides).  CONFORMANCE (``start`` differs
+from the model) usually comes first.
 """
 
 from itertools import chain
