@@ -46,7 +46,7 @@ from shmspec.model.atomic import WRITER, Config, State, Step
 from .agreement import abstract, model_config
 from .loader import LoadedTarget
 from .procs import ProcessPool
-from .spectrace import Behaviour, TargetReplay, replay_on_target
+from .spectrace import ACTION_NAMES, Behaviour, TargetReplay, replay_on_target
 from .tlavalue import parse_state
 from .tlc import ConfigFile, TlcError, find_jar, read_config
 
@@ -56,9 +56,6 @@ BEHAVIOURS = 40
 SEED = 0
 CANDIDATES = 10
 """Random walks drawn per behaviour kept."""
-ACTION_NAMES = {"FirstCheck": "reader_check", "Recheck": "reader_check"}
-"""TLC labels a transition by the innermost named action it took: the two
-disjuncts of ``reader_check(r)`` go by the spec's action name."""
 
 _NODE = re.compile(r'^(-?\d+) \[label="((?:[^"\\]|\\.)*)"(,style = filled)?\]', re.M)
 _ESC = re.compile(r"\\(.)")
@@ -364,5 +361,5 @@ if __name__ == "__main__":  # pragma: no cover
     sys.exit(main())
 
 
-__all__ = ["ACTION_NAMES", "BEHAVIOURS", "CANDIDATES", "SCHEMA", "SEED", "SpecTests", "StateGraph", "dump", "features",
+__all__ = ["BEHAVIOURS", "CANDIDATES", "SCHEMA", "SEED", "SpecTests", "StateGraph", "dump", "features",
            "generate", "load", "main", "parse_dot", "replay_all", "sample", "state_graph", "store_admissible"]

@@ -80,6 +80,9 @@ holds its 4-byte allocation number)."""
 HEADER_BYTES = 8
 """The store's chunk header, ``[id: int32][chunk_size: int32]``."""
 
+ACTION_NAMES = {"FirstCheck": "reader_check", "Recheck": "reader_check"}
+"""TLC names a step by the innermost named action it took: the two disjuncts
+of the spec's ``reader_check(r)`` go by that name (a TLC label -> the spec's)."""
 WRITE_BEGINS = ("header_write", "payload_write", "publish", "free_step", "clear")
 """Writer yield points where a spec step begins (lock points are inside steps)."""
 COPY_READ = (("check", "reader_check"), ("payload_read", "payload_read"), ("recheck", "reader_check"),
@@ -290,7 +293,7 @@ def behaviour_of(cfg: Config, replay: TraceReplay, actions: list[str]) -> Behavi
             if follow:  # from here on, TLC's states as printed
                 follow = False
                 states[-1] = replay.states[i - 1]
-            step = recover_step(cfg, replay.states[i - 1], replay.states[i], actions[i])
+            step = recover_step(cfg, replay.states[i - 1], replay.states[i], ACTION_NAMES.get(actions[i], actions[i]))
             nxt = replay.states[i]
         states.append(nxt)
         steps.append(step)
@@ -661,6 +664,6 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
     return TargetReplay(target.spec, results, departs, violations, time.perf_counter() - t0, error)
 
 
-__all__ = ["CAUSES", "Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
+__all__ = ["ACTION_NAMES", "CAUSES", "Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
            "departs_first", "expected", "geometry", "obj_name", "object_data", "recover_step",
            "replay_on_target", "spec_ring"]

@@ -19,8 +19,9 @@ import pytest
 from shmspec.conformance.cli import main
 from shmspec.conformance.loader import TargetError, load_target
 from shmspec.conformance.serde import object_nbytes
-from shmspec.conformance.spectrace import (Behaviour, Observation, departs_first, geometry, object_data,
-                                           recover_step, replay_on_target)
+from shmspec.conformance.agreement import TraceReplay
+from shmspec.conformance.spectrace import (Behaviour, Observation, behaviour_of, departs_first, geometry,
+                                           object_data, recover_step, replay_on_target)
 from shmspec.model import atomic
 from shmspec.model.atomic import WRITER, Config, Step
 
@@ -92,6 +93,20 @@ def test_steps_read_off_state_differences_are_the_models(cfg):
             step, t = rng.choice(succ)
             assert recover_step(cfg, s, t, step.name) == step
             s = t
+
+
+def test_after_the_model_departs_the_steps_come_from_the_trace():
+    full = path(VLLM, NRR_AFTER_CLEAR)
+    actions = ["-"] + [st.name for st in NRR_AFTER_CLEAR]
+    for departs in (None, 4, 0):
+        known = full.steps if departs is None else full.steps[:departs] if departs else []
+        b = behaviour_of(VLLM, TraceReplay(full.states, list(known), departs), actions)
+        assert b.steps[1:] == full.steps[1:] and b.expect == full.expect
+    # TLC's name for impl's re-check is the spec's reader_check
+    b = behaviour_of(IMPL, TraceReplay(path(IMPL, put("k1", 0) + get(IMPL, "r1", H0)).states, [], 0),
+                     ["-", "header_write", "payload_write", "publish", "reader_check", "payload_read", "Recheck",
+                      "counter_increment", "deserialize"])
+    assert b.steps[6] == Step("reader_check", "r1")
 
 
 def test_who_departs_first():
