@@ -200,3 +200,9 @@ def test_model_target_flag_reports_who_departs_first(tmp_path):
         step = c["steps"][c["target_departs"]]
         assert step["action"] == "reader_check"
         assert c["target_replay"]["steps"][-1]["target"].startswith("stale")
+
+
+def test_model_with_an_unloadable_target_is_a_usage_error(tmp_path, capsys):
+    assert main(["model", "--config", "MC_vllm_reread.cfg", "--target", f"file:{tmp_path}/none.py",
+                 "--report-dir", str(tmp_path / "m")]) == 2
+    assert "target file not found" in capsys.readouterr().err
