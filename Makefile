@@ -10,8 +10,9 @@ TARGET ?= impl
 PROFILE ?= ci
 CONCURRENCY ?=
 DEPTH ?=
+MODEL_TARGET ?=
 
-.PHONY: check check-model prove test venv clean
+.PHONY: check check-model spec-tests prove test venv clean
 
 venv: $(STAMP)
 
@@ -28,7 +29,11 @@ check: $(STAMP)
 # states compared with TLC's; DEPTH=deep runs the larger tla/deep/MC*.cfg (TLC
 # only).  Needs java on PATH.
 check-model: $(STAMP)
-	$(BIN)/shmspec model $(if $(filter deep,$(DEPTH)),--deep)
+	$(BIN)/shmspec model $(if $(filter deep,$(DEPTH)),--deep) $(if $(MODEL_TARGET),--target $(MODEL_TARGET))
+
+# behaviours sampled from TLC's state graph of the smallest config, replayed on impl
+spec-tests: $(STAMP)
+	$(BIN)/python -m shmspec.conformance.spectests tla/MC_impl_reread.cfg --target impl
 
 # z3 obligations over the model's ring arithmetic (under a minute)
 prove: $(STAMP)

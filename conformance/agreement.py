@@ -159,6 +159,20 @@ def replay_trace(cfg: Config, trace: list[TraceState]) -> TraceReplay:
     return TraceReplay(states, steps, None)
 
 
+def departs_first(model_departs: int | None, target_departs: int | None) -> str | None:
+    """Which of spec, model and target departs first from a spec behaviour:
+    ``"model"`` or ``"target"`` (the earlier one), ``"spec"`` when both depart
+    at the same step (the spec is then the odd one out), None when the model
+    and the target follow it to the end."""
+    if model_departs is None and target_departs is None:
+        return None
+    if target_departs is None or (model_departs is not None and model_departs < target_departs):
+        return "model"
+    if model_departs is None or target_departs < model_departs:
+        return "target"
+    return "spec"
+
+
 def _obj(t: int) -> str:
     return "garbage" if t == GARBAGE else "-" if t == NO_OBJ else f"o{t}"
 
@@ -231,5 +245,5 @@ def counterexample(cf: ConfigFile, invariant: str, result: TlcResult, replay: Tr
                       "model_departs": replay.model_departs}, concurrency="spec")
 
 
-__all__ = ["Agreement", "TraceReplay", "abstract", "compare", "counterexample", "model_config", "replay_trace",
+__all__ = ["Agreement", "TraceReplay", "abstract", "compare", "counterexample", "departs_first", "model_config", "replay_trace",
            "trace_states"]

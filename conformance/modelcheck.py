@@ -15,7 +15,7 @@ For each config (``tla/MC*.cfg``, or ``tla/deep/MC*.cfg`` with ``deep``):
 4. With a ``target`` (``impl``, ``file:PATH``, ``vllm==X.Y.Z``), each
    counterexample is also run on that store's real processes as a controlled
    schedule (:func:`.spectrace.replay_on_target`), and the report says which
-   of spec, model and target departs first (:func:`.spectrace.departs_first`).
+   of spec, model and target departs first (:func:`.agreement.departs_first`).
 """
 
 from __future__ import annotations
@@ -24,16 +24,18 @@ import json
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from rich.console import Console
 from rich.table import Table
 
-from .agreement import Agreement, TraceReplay, compare, counterexample, model_config, replay_trace
+from .agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
 from .gate import Violation
 from .report import violation_panel
-from .spectrace import TargetReplay, behaviour_of, departs_first, replay_on_target
 from .tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
+
+if TYPE_CHECKING:  # the process harness is imported only when a target is replayed
+    from .spectrace import TargetReplay
 
 SCHEMA = "shmspec.model/2"
 
@@ -49,7 +51,7 @@ class ConfigOutcome:
     counterexamples: list[tuple[Violation, TraceReplay]] = field(default_factory=list)
     target: str | None = None
     """The target the counterexamples were replayed on (None: not replayed)."""
-    target_replays: list[TargetReplay] = field(default_factory=list)
+    target_replays: list["TargetReplay"] = field(default_factory=list)
     """One per counterexample, in order, when ``target`` is set."""
 
     @property
@@ -100,10 +102,11 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
     return out
 
 
-def _on_target(cfg: Any, cexs: list[tuple[list, TraceReplay]], loaded: Any) -> list[TargetReplay]:
+def _on_target(cfg: Any, cexs: list[tuple[list, TraceReplay]], loaded: Any) -> list["TargetReplay"]:
     """Every counterexample (TLC trace, its replay on the model) run on the
     target, over one process pool."""
-    from .procs import ProcessPool  # noqa: PLC0415 - only with a target
+    from .procs import ProcessPool  # noqa: PLC0415 - processes only with a target
+    from .spectrace import behaviour_of, replay_on_target  # noqa: PLC0415
 
     if not cexs:
         return []

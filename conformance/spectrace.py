@@ -67,12 +67,13 @@ from shmspec.model import atomic
 from shmspec.model.atomic import GARBAGE, NO_OBJ, WRITER, Config, State, Step
 from shmspec.model.properties import PROPERTY_IDS
 
-from .agreement import TraceReplay
+from .agreement import TraceReplay, departs_first
 from .loader import LoadedTarget
 from .procs import ProcessPool, ScheduleError, StepOutcome
 from .schedule import ScheduledSession
 from .serde import COUNT_BYTES, MD_BYTES
 from .session import SessionConfig
+from .tlc import ACTION_NAMES
 
 UNIT_BYTES = 16
 """Bytes per spec unit on the target (at least 12, so every object's data
@@ -80,9 +81,6 @@ holds its 4-byte allocation number)."""
 HEADER_BYTES = 8
 """The store's chunk header, ``[id: int32][chunk_size: int32]``."""
 
-ACTION_NAMES = {"FirstCheck": "reader_check", "Recheck": "reader_check"}
-"""TLC names a step by the innermost named action it took: the two disjuncts
-of the spec's ``reader_check(r)`` go by that name (a TLC label -> the spec's)."""
 WRITE_BEGINS = ("header_write", "payload_write", "publish", "free_step", "clear")
 """Writer yield points where a spec step begins (lock points are inside steps)."""
 COPY_READ = (("check", "reader_check"), ("payload_read", "payload_read"), ("recheck", "reader_check"),
@@ -367,20 +365,6 @@ class TargetReplay:
                 "error": self.error, "summary": self.summary(),
                 "violations": [{"property": p, "message": m} for p, m in self.violations],
                 "steps": [s.to_json() for s in self.steps]}
-
-
-def departs_first(model_departs: int | None, target_departs: int | None) -> str | None:
-    """Which of spec, model and target departs first from a spec behaviour:
-    ``"model"`` or ``"target"`` (the earlier one), ``"spec"`` when both depart
-    at the same step (the spec is then the odd one out), None when the model
-    and the target follow it to the end."""
-    if model_departs is None and target_departs is None:
-        return None
-    if target_departs is None or (model_departs is not None and model_departs < target_departs):
-        return "model"
-    if model_departs is None or target_departs < model_departs:
-        return "target"
-    return "spec"
 
 
 class _Recorder:

@@ -28,6 +28,12 @@ TLC_EXIT = {0: "ok", 11: "deadlock", 12: "violation", 13: "liveness", 75: "evalu
             150: "parse error", 151: "config error", 255: "error"}
 
 
+ACTION_NAMES = {"FirstCheck": "reader_check", "Recheck": "reader_check"}
+"""TLC names a step by the innermost named action it took: the two disjuncts
+of the spec's ``reader_check(r)`` go by that name.  TLC label -> the spec's
+action (one of the model's atomic steps); :func:`parse_output` applies it."""
+
+
 class TlcError(RuntimeError):
     """TLC could not be run (no java, no jar, no spec): an infrastructure problem."""
 
@@ -161,7 +167,7 @@ def parse_output(config: str, code: int, out: str, seconds: float) -> TlcResult:
         variables = {}
         for v in re.finditer(r"^/\\ (\w+) = ((?:.*)(?:\n  .*)*)", m.group(3), re.M):
             variables[v.group(1)] = " ".join(v.group(2).split())
-        trace.append(TraceState(int(m.group(1)), m.group(2), variables))
+        trace.append(TraceState(int(m.group(1)), ACTION_NAMES.get(m.group(2), m.group(2)), variables))
     generated, distinct = (int(x.replace(",", "")) for x in gen[-1]) if gen else (0, 0)
     return TlcResult(config, code, TLC_EXIT.get(code, "error"), inv.group(1) if inv else None,
                      generated, distinct, int(depth.group(1)) if depth else 0, seconds, trace, out)
@@ -274,5 +280,5 @@ def check_model(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: boo
     return [check_config(c, jar=jar) for c in config_files(tla_dir, pattern, deep)]
 
 
-__all__ = ["ConfigFile", "ModelCheck", "TLC_EXIT", "TlcError", "TlcResult", "TraceState", "check_config",
+__all__ = ["ACTION_NAMES", "ConfigFile", "ModelCheck", "TLC_EXIT", "TlcError", "TlcResult", "TraceState", "check_config",
            "check_model", "config_files", "find_jar", "parse_output", "read_config", "run_tlc"]

@@ -116,11 +116,13 @@ def test_parse_output_reads_counts_and_trace():
     out = ("Error: Invariant NRR is violated.\nError: The behavior up to this point is:\n"
            "State 1: <Initial predicate>\n/\\ x = 0\n/\\ y = ( 0 :> 1 @@\n  1 :> 2 )\n\n"
            "State 2: <publish line 70, col 5 to line 76, col 62 of module ShmStore>\n/\\ x = 1\n/\\ y = 0\n\n"
+           "State 3: <Recheck line 80, col 5 to line 81, col 62 of module ShmStore>\n/\\ x = 2\n/\\ y = 0\n\n"
            "150 states generated, 81 distinct states found, 47 states left on queue.\n"
            "The depth of the complete state graph search is 7.\n")
     r = parse_output("MC.cfg", 12, out, 1.0)
     assert (r.status, r.invariant, r.generated, r.distinct, r.depth) == ("violation", "NRR", 150, 81, 7)
-    assert [(s.index, s.action) for s in r.trace] == [(1, "Initial"), (2, "publish")]
+    # TLC labels a step by its innermost named action; Recheck is the spec's reader_check
+    assert [(s.index, s.action) for s in r.trace] == [(1, "Initial"), (2, "publish"), (3, "reader_check")]
     assert r.trace[0].variables == {"x": "0", "y": "( 0 :> 1 @@ 1 :> 2 )"}
 
 
