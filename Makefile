@@ -1,6 +1,8 @@
 # shmspec: `make check` runs the conformance gate on the built-in store,
-# `make test` runs the test suite, `make check-model` runs TLC on the TLA+ spec.  Both create (or reuse) the virtual
-# environment .venv and install the project into it; nothing else is needed.
+# `make test` runs the test suite, `make check-model` runs TLC on the TLA+ spec
+# beside the Python model, `make prove` the z3 obligations.  Every target
+# creates (or reuses) the virtual environment .venv and installs the project
+# into it; nothing else is needed (check-model also needs java on PATH).
 
 PYTHON ?= python3
 VENV   ?= .venv

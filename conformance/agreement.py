@@ -178,7 +178,9 @@ def _obj(t: int) -> str:
 
 
 def _handle(h: tuple) -> str:
-    return f"h{h[0]}({h[1]},{h[2]})"
+    """``h<n>(<address>,<id>)``: handles numbered from 1 in put order, as the
+    harness names them (the object under ``h<n>`` is ``o<n>``)."""
+    return f"h{h[0] + 1}({h[1]},{h[2]})"
 
 
 def _ring(s: State) -> list[str]:

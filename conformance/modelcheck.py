@@ -120,7 +120,8 @@ def summary_table(outcomes: list[ConfigOutcome]) -> Table:
     t = Table(title="TLC and the model (distinct states side by side)", show_lines=False)
     for col in ("config", "must fail", "TLC found", "TLC", "model", "depth", "time", "verdict"):
         num = col in ("TLC", "model", "depth", "time")
-        t.add_column(col, justify="right" if num else "left", no_wrap=num, overflow="fold")
+        t.add_column(col, justify="right" if num else "left", no_wrap=num or col in ("config", "verdict"),
+                     overflow="fold")
     for o in outcomes:
         c = o.check
         found = [inv for inv, r in c.found.items() if r.status == "violation" and r.invariant == inv]
@@ -128,8 +129,8 @@ def summary_table(outcomes: list[ConfigOutcome]) -> Table:
         a = o.agreement
         model = "-" if a is None else f"{a.model_distinct:,}" + ("" if a.ok else " ≠")
         depth = str(c.holds.depth) + ("" if a is None or a.model_depth == c.holds.depth else f"/{a.model_depth}")
-        t.add_row(c.config.removesuffix(".cfg").replace("MC_", ""), ", ".join(c.expected) or "none",
-                  (", ".join(found) or "none") + extra, f"{c.holds.distinct:,}", model, depth, f"{c.seconds:.1f}s",
+        t.add_row(c.config.removesuffix(".cfg").replace("MC_", ""), " ".join(c.expected) or "none",
+                  (" ".join(found) or "none") + extra, f"{c.holds.distinct:,}", model, depth, f"{c.seconds:.1f}s",
                   "[green]ok[/]" if o.ok else "[red]UNEXPECTED[/]")
     return t
 
@@ -166,13 +167,15 @@ def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | N
     ok = all(o.ok for o in outcomes)
     line = f"[bold]verdict:[/] {'[green]OK' if ok else '[red]UNEXPECTED'}[/]"
     if report_dir is not None:
-        line += f"  report: {report_dir}" + ("" if panels else " (model.html draws each counterexample in lanes)")
+        lanes = not panels and any(o.counterexamples for o in outcomes)
+        line += f"  report: {report_dir}" + (" (model.html draws each counterexample in lanes)" if lanes else "")
     console.print(line)
 
 
 def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
     """``model.json``'s content (schema ``shmspec.model/2``)."""
     configs = []
+    n = 0  # counterexamples are numbered across configs, as render() numbers the panels
     for o in outcomes:
         c = o.check
         configs.append({
@@ -184,8 +187,10 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
                             "seconds": round(r.seconds, 3), "trace_length": len(r.trace)}
                       for inv, r in c.found.items()},
             "agreement": o.agreement.to_json() if o.agreement else None,
-            "counterexamples": [_cex_json(o, j, v, r) for j, (v, r) in enumerate(o.counterexamples)],
+            "counterexamples": [dict(id=f"V{n + j + 1}", **_cex_json(o, j, v, r))
+                                for j, (v, r) in enumerate(o.counterexamples)],
         })
+        n += len(o.counterexamples)
     return {"schema": SCHEMA, "ok": all(o.ok for o in outcomes), "configs": configs}
 
 

@@ -636,12 +636,14 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
                     error = got.outcome
                 if stop_at_departure or error:
                     break
-        violations = sorted(set(run.session.excused_hits))
         try:
+            # operations still in flight run to completion, so checks made when
+            # a get returns (CLR) see the trace's last reads
             run.session.finish()
         except Exception as exc:  # noqa: BLE001 - a harness failure while draining
             error = error or f"{type(exc).__name__}: {exc}"
             pool.respawn()
+        violations = sorted(set(run.session.excused_hits))
     finally:
         if own:
             pool.shutdown()

@@ -245,6 +245,8 @@ def config_files(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bo
     """
     tla_dir = tla_dir or default_tla_dir()
     folder = tla_dir / "deep" if deep else tla_dir
+    if not folder.is_dir():
+        raise TlcError(f"{folder} is not a directory")
     cfgs = sorted(folder.glob(pattern))
     if not cfgs:
         raise TlcError(f"no {pattern} in {folder}")
@@ -257,15 +259,21 @@ def check_config(cf: ConfigFile, spec: Path | None = None, jar: Path | None = No
     ``dump``, if given), and once per invariant that must be violated.
 
     Raises:
-        TlcError: TLC cannot run.
+        TlcError: TLC cannot run, the spec is missing, or TLC cannot parse the
+            spec or the config.
     """
     jar = jar or find_jar()
     if spec is None:
         spec = cf.path.parent / "ShmStore.tla"
         if not spec.is_file():
             spec = cf.path.parent.parent / "ShmStore.tla"
+    if not spec.is_file():
+        raise TlcError(f"no ShmStore.tla beside {cf.path} (or in its parent folder)")
     keep = [i for i in cf.invariants if i not in cf.expected]
     holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump)
+    if holds.status in ("parse error", "config error"):
+        tail = "\n".join(holds.output.strip().splitlines()[-12:])
+        raise TlcError(f"TLC could not read {cf.name} or its spec ({holds.status}):\n{tail}")
     found = {inv: run_tlc(cf, spec, jar, invariants=[inv]) for inv in cf.expected}
     return ModelCheck(cf.name, cf.expected, holds, found)
 

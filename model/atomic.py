@@ -80,7 +80,7 @@ class Config:
             ValueError: a constant is missing or out of range.
         """
         try:
-            cfg = cls(tuple(sorted(c["Readers"])), int(c["RingBytes"]), tuple(sorted(c["Sizes"])),
+            cfg = cls(tuple(sorted(c["Readers"])), int(c["RingUnits"]), tuple(sorted(c["Sizes"])),
                       tuple(sorted(c["Keys"])), int(c["IdMod"]), int(c["MaxPuts"]), int(c["MaxReads"]),
                       bool(c["Hardened"]), bool(c["ReadOnce"]), bool(c["ClearResets"]))
         except KeyError as e:

@@ -181,7 +181,10 @@ def test_vllm_0_33_follows_the_counterexample_and_deserializes_the_new_object():
     r = replay_on_target(VLLM, path(VLLM, NRR_AFTER_CLEAR), target)
     assert r.departs is None and r.error is None, r.summary()
     assert r.steps[-1].target.outcome == "deserialized o2"
-    assert [p for p, m in r.violations] == ["NRR"] and "deserialized" in r.violations[0][1]
+    # the harness's own checks see the recycled read (and, once the paused
+    # operations are drained, the count that lands on the new chunk)
+    assert {p for p, m in r.violations} <= {"NRR", "RC"}
+    assert any(p == "NRR" and "deserialized" in m for p, m in r.violations)
 
 
 # ------------------------------------------------------------------ CLI

@@ -52,8 +52,8 @@ def test_counterexamples_replay_on_the_model_and_render_as_lanes(outcomes, tmp_p
     # vLLM < 0.32: a clear resets ids, so a new chunk at the same address has the handle's id
     assert actions[0] == "Initial" and "clear" in actions and actions[-1] == "payload_read"
     assert v.steps[-1]["process"] == "r1" and v.steps[-1]["violations"][0]["property"] == "NRR"
-    assert "deserialized o2 for handle h0(0,0), which holds o1" in v.message
-    assert v.steps[-1]["args"] == {} and any(s["args"].get("handle") == "h0(0,0)" for s in v.steps)
+    assert "deserialized o2 for handle h1(0,0), which holds o1" in v.message
+    assert v.steps[-1]["args"] == {} and any(s["args"].get("handle") == "h1(0,0)" for s in v.steps)
     modelcheck.write([o], tmp_path)
     data = json.loads((tmp_path / "model.json").read_text())
     assert data["schema"] == "shmspec.model/2" and data["ok"] is True

@@ -8,7 +8,7 @@
 (*                                                                         *)
 (* Units: one unit is 8 bytes, the size of a chunk header, so a chunk of   *)
 (* size n (header included) holds n - 1 units of payload.  Addresses are   *)
-(* virtual (they may exceed RingBytes; the physical unit is a % RingBytes). *)
+(* virtual (they may exceed RingUnits; the physical unit is a % RingUnits). *)
 (* Ids are modulo IdMod (2**31 in the store; small here so that            *)
 (* wraparound is reached).                                                 *)
 (*                                                                         *)
@@ -35,7 +35,7 @@ EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
 CONSTANTS
     Readers,      \* reader processes (model values)
-    RingBytes,    \* ring size B, in units of 8 bytes
+    RingUnits,    \* ring size B, in units of 8 bytes
     Sizes,        \* chunk sizes a put may take, in units, header included (each >= 2)
     Keys,         \* object keys (model values)
     IdMod,        \* ids are modulo IdMod
@@ -73,24 +73,24 @@ vars == <<writerVars, mem, readerVars>>
 NReaders == Cardinality(Readers)
 Abs == 0..(MaxPuts - 1)
 Ids == 0..(IdMod - 1)
-Units == 0..(RingBytes - 1)
+Units == 0..(RingUnits - 1)
 Objs == {Garbage, NoObj} \cup 1..MaxPuts
 NoHandle == [abs |-> 0, addr |-> 0, id |-> 0, obj |-> NoObj]
-Handle == [abs : Abs, addr : 0..(2 * RingBytes), id : Ids, obj : 1..MaxPuts]
-Cell == [id : Ids, size : 0..RingBytes, cnt : 0..(NReaders * MaxReads * MaxPuts), obj : {NoObj} \cup 1..MaxPuts]
+Handle == [abs : Abs, addr : 0..(2 * RingUnits), id : Ids, obj : 1..MaxPuts]
+Cell == [id : Ids, size : 0..RingUnits, cnt : 0..(NReaders * MaxReads * MaxPuts), obj : {NoObj} \cup 1..MaxPuts]
 
 RECURSIVE SumOver(_, _)
 SumOver(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE y \in S : TRUE IN f[x] + SumOver(f, S \ {x})
 
 TypeOK ==
-    /\ start \in 0..RingBytes /\ end \in 0..(2 * RingBytes) /\ start <= end
+    /\ start \in 0..RingUnits /\ end \in 0..(2 * RingUnits) /\ start <= end
     /\ idStart \in Ids /\ idEnd \in Ids /\ puts \in 0..MaxPuts /\ clearAt \in 0..MaxPuts
-    /\ \A i \in DOMAIN chunks : chunks[i] \in [abs : Abs, addr : 0..(2 * RingBytes), size : Sizes, id : Ids, key : Keys]
+    /\ \A i \in DOMAIN chunks : chunks[i] \in [abs : Abs, addr : 0..(2 * RingUnits), size : Sizes, id : Ids, key : Keys]
     /\ mem \in [Units -> Cell]
     /\ wpc \in {"idle", "header", "payload"}
     /\ pubStart \in 0..MaxPuts /\ pubEnd \in 0..MaxPuts /\ issued \subseteq Handle
     /\ pc \in [Readers -> {"idle", "checked", "read", "copied", "rechecked", "counted"}]
-    /\ hd \in [Readers -> Handle \cup {NoHandle}] /\ hsz \in [Readers -> 0..RingBytes]
+    /\ hd \in [Readers -> Handle \cup {NoHandle}] /\ hsz \in [Readers -> 0..RingUnits]
     /\ copy \in [Readers -> Objs] /\ got \in [Readers -> Objs] /\ floor \in [Readers -> 0..MaxPuts]
     /\ starts \in [Readers -> [Abs -> 0..MaxReads]]
 
@@ -103,21 +103,21 @@ Init ==
     /\ got = [r \in Readers |-> NoObj] /\ floor = [r \in Readers |-> 0]
     /\ starts = [r \in Readers |-> [a \in Abs |-> 0]]
 
-Phys(a) == a % RingBytes
+Phys(a) == a % RingUnits
 LiveKeys == {chunks[i].key : i \in DOMAIN chunks}
 Last == chunks[Len(chunks)]
 
 (* ---------------------------------------------------------- the writer *)
 \* where n units go (model/ring.py plan_allocation): jump to the next
-\* multiple of RingBytes when the chunk would not sit contiguously at the tail
-Place(n) == IF (end % RingBytes) + n > RingBytes THEN (end \div RingBytes + 1) * RingBytes ELSE end
+\* multiple of RingUnits when the chunk would not sit contiguously at the tail
+Place(n) == IF (end % RingUnits) + n > RingUnits THEN (end \div RingUnits + 1) * RingUnits ELSE end
 
 \* put, step 1: allocate n units for key k (DUP: not a live key; OOM: room
 \* after the jump) and write the chunk's [id][chunk_size] header
 header_write(k, n) ==
     /\ wpc = "idle" /\ puts < MaxPuts
     /\ k \notin LiveKeys
-    /\ Place(n) + n - start <= RingBytes
+    /\ Place(n) + n - start <= RingUnits
     /\ LET a == Place(n) IN
        /\ chunks' = Append(chunks, [abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k])
        /\ mem' = [mem EXCEPT ![Phys(a)].id = idEnd, ![Phys(a)].size = n]
@@ -154,10 +154,10 @@ free_step ==
     /\ chunks' = Tail(chunks)
     /\ idStart' = (idStart + 1) % IdMod
     /\ LET rest == Tail(chunks)
-           s1 == start + ((Head(rest).addr - start) % RingBytes)
+           s1 == start + ((Head(rest).addr - start) % RingUnits)
        IN IF rest # <<>> /\ Head(rest).id = (idStart + 1) % IdMod
-          THEN IF s1 >= RingBytes
-               THEN start' = s1 - RingBytes /\ end' = end - RingBytes
+          THEN IF s1 >= RingUnits
+               THEN start' = s1 - RingUnits /\ end' = end - RingUnits
                ELSE start' = s1 /\ end' = end
           ELSE start' = 0 /\ end' = 0
     /\ pubStart' = Head(chunks).abs + 1
@@ -175,7 +175,7 @@ clear ==
 InWindow(h) == pubStart <= h.abs /\ h.abs < pubEnd
 \* what a reader deserializes from the n - 1 payload cells after address a
 ReadAt(a, n) ==
-    LET tags == {mem[u].obj : u \in {v \in (Phys(a) + 1)..(Phys(a) + n - 1) : v < RingBytes}}
+    LET tags == {mem[u].obj : u \in {v \in (Phys(a) + 1)..(Phys(a) + n - 1) : v < RingUnits}}
     IN IF Cardinality(tags) = 1 THEN CHOOSE t \in tags : TRUE ELSE Garbage
 
 \* the first reader_check, of handle h: a get starts
@@ -250,13 +250,13 @@ CLR == \A r \in Readers : got[r] # NoObj => hd[r].abs >= floor[r]
 
 \* DISJ: live chunks sit inside the ring and never overlap
 DISJ == \A i, j \in DOMAIN chunks :
-          /\ Phys(chunks[i].addr) + chunks[i].size <= RingBytes
+          /\ Phys(chunks[i].addr) + chunks[i].size <= RingUnits
           /\ i < j => (Phys(chunks[i].addr) + chunks[i].size <= Phys(chunks[j].addr)
                        \/ Phys(chunks[j].addr) + chunks[j].size <= Phys(chunks[i].addr))
 
 \* FIFO: the live chunks are consecutive allocations (frees take the oldest),
 \* laid out in allocation order from start within [start, end)
-Off(i) == (chunks[i].addr - start) % RingBytes
+Off(i) == (chunks[i].addr - start) % RingUnits
 FIFO == \A i \in DOMAIN chunks :
           /\ chunks[i].abs = chunks[1].abs + i - 1
           /\ Off(i) + chunks[i].size <= end - start
