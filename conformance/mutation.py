@@ -9,6 +9,14 @@ The **detection** of a fault is its first violation in time: which property,
 which campaign, the seconds from the gate's start until the failing step
 first ran (before shrinking) and the steps the gate had run until then.
 
+Determinism: Hypothesis (>= 6.131) mixes literal constants from every
+*local* module loaded so far into its draws, so under one seed a campaign
+explores differently depending on what was imported before and when (seen:
+touch_ignored, unlocked_increment and writer_unfenced caught in one ci run
+and missed in another).  :func:`run_fault` switches that pool off
+(:func:`_seed_only`), so a fault's gate run is a function of the seed; each
+fault also runs in a fresh process (:data:`ISOLATE`).
+
 Results: :class:`MutantsResult`; :func:`write_json` writes ``mutants.json``
 (schema ``shmspec.mutants/1``, documented in reports/README.md), each fault's
 own gate report going to ``<report dir>/<fault name>/``.
@@ -18,6 +26,7 @@ from __future__ import annotations
 
 import statistics
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -136,6 +145,29 @@ class MutantsResult:
         }
 
 
+@contextmanager
+def _seed_only():
+    """Within the block, Hypothesis draws no constants from loaded local
+    modules (its ``_get_local_constants`` returns an empty pool), so what a
+    seed explores does not depend on import history."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # an older Hypothesis without the local-constants pool
+        yield
+        return
+    saved = getattr(providers, "_get_local_constants", None)
+    if saved is None:
+        yield
+        return
+    empty = Constants()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = saved
+
+
 def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
               on_progress: Callable[[str, int, int], None] | None = None, campaigns=DEFAULT_CAMPAIGNS,
               concurrency: str | None = None, started: str | None = None) -> FaultOutcome:
@@ -150,7 +182,9 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
         target = load_file(fault.path)
     except TargetError as exc:
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
-    result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns, concurrency=concurrency)
+    with _seed_only():
+        result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns,
+                          concurrency=concurrency)
     out = FaultOutcome(fault, result, time.monotonic() - t0)
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -264,6 +298,20 @@ def write_json(res: MutantsResult, report_dir: Path) -> Path:
     return path
 
 
+def write_html(res: MutantsResult, report_dir: Path, width: int = 132) -> Path:
+    """Write ``mutants.html`` (the summary table and line, rich's HTML export)."""
+    import io
+
+    from rich.console import Console
+
+    rec = Console(record=True, width=width, file=io.StringIO())
+    rec.print(summary_table(res))
+    rec.print(summary_line(res))
+    path = report_dir / "mutants.html"
+    rec.save_html(str(path))
+    return path
+
+
 def _fmt_s(x: float | None) -> str:
     return "-" if x is None else f"{x:.1f}"
 
@@ -362,11 +410,13 @@ def main(args, console, err) -> int:
         res = run_mutants(chosen, args.profile, args.seed, report_dir, on_fault, on_progress, on_done,
                           started=started, isolate=ISOLATE)
     path = write_json(res, report_dir)
-    console.print(summary_table(res))
+    width = max(console.width, 132)  # the table's nine columns stay readable in a log
+    console.print(summary_table(res), width=width)
     console.print(summary_line(res))
     console.print(f"report: {path}")
+    write_html(res, report_dir, width)
     return 0 if res.caught == res.total else 1
 
 
 __all__ = ["SCHEMA", "FaultOutcome", "MutantsResult", "main", "run_fault", "run_mutants", "summary_line", "summary_table",
-           "write_json"]
+           "write_html", "write_json"]

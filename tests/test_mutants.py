@@ -135,6 +135,7 @@ def test_cli_mutants_exit_status_and_table(tmp_path, monkeypatch, capsys):
     data = json.loads((tmp_path / "mutants.json").read_text())
     assert (data["caught"], data["total"]) == (2, 2)
     assert (tmp_path / "leaky_close" / "report.html").exists()
+    assert "dup_overwrite" in (tmp_path / "mutants.html").read_text()
 
 
 def test_cli_mutants_fails_when_a_fault_escapes(tmp_path, monkeypatch):
@@ -149,3 +150,16 @@ def test_cli_mutants_fails_when_a_fault_escapes(tmp_path, monkeypatch):
 def test_cli_mutants_usage_errors(tmp_path):
     assert cli.main(["mutants", "--only", "nope", "--report-dir", str(tmp_path)]) == 2
     assert cli.main(["mutants", "--list"]) == 0
+
+
+def test_seed_only_switches_off_hypothesis_local_constants():
+    """A fault's run must not depend on which local modules happen to be
+    loaded: inside ``_seed_only`` Hypothesis's pool of local constants is empty."""
+    providers = pytest.importorskip("hypothesis.internal.conjecture.providers")
+    if not hasattr(providers, "_get_local_constants"):
+        pytest.skip("this Hypothesis has no local-constants pool")
+    original = providers._get_local_constants
+    with mutation._seed_only():
+        pool = providers._get_local_constants()
+        assert not list(pool.set_for_type("integer")) and not list(pool.set_for_type("bytes"))
+    assert providers._get_local_constants is original
