@@ -411,7 +411,11 @@ def main(args, console, err) -> int:
                           started=started, isolate=ISOLATE)
     path = write_json(res, report_dir)
     width = max(console.width, 132)  # the table's nine columns stay readable in a log
-    console.print(summary_table(res), width=width)
+    if not console.is_terminal and console.width < width:  # rich caps print(width=) at the console's
+        from rich.console import Console
+
+        console = Console(width=width)
+    console.print(summary_table(res))
     console.print(summary_line(res))
     console.print(f"report: {path}")
     write_html(res, report_dir, width)
