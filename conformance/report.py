@@ -106,19 +106,22 @@ def steps_table(v: Violation) -> Table:
     return t
 
 
+def _lane_table(v: Violation, first: str, skip: tuple[str, ...] = ()) -> tuple[Table, list[str]]:
+    """A table with a ``first`` column and one lane per process of ``v``'s
+    steps (the writer first, then readers by name); returns it and the lanes."""
+    procs = sorted({s["process"] for s in v.steps} - set(skip), key=lambda p: (p != "writer", p))
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    t.add_column(first, justify="right", no_wrap=True)
+    for p in procs:
+        t.add_column(p, overflow="fold", min_width=14)
+    return t, procs
+
+
 def lanes_table(v: Violation) -> Table:
     """One lane (column) per process, one row per scheduled step, the ring's
     live chunks (``id@address:reader_count/writer_count``) beside each step;
     the step that broke a property in bold red."""
-    procs = []
-    for s in v.steps:
-        if s["process"] not in procs:
-            procs.append(s["process"])
-    procs.sort(key=lambda p: (p != "writer", p))
-    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
-    t.add_column("#", justify="right", no_wrap=True)
-    for p in procs:
-        t.add_column(p, overflow="fold", min_width=14)
+    t, procs = _lane_table(v, "#")
     t.add_column("ring", overflow="fold")
     for s in v.steps:
         if s["kind"] == "start":
@@ -136,11 +139,7 @@ def lanes_table(v: Violation) -> Table:
 def history_table(v: Violation) -> Table:
     """A free-running finding: one lane per process, one row per operation of
     the handle's sub-history, with invoke and return times (µs)."""
-    procs = sorted({s["process"] for s in v.steps}, key=lambda p: (p != "writer", p))
-    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
-    t.add_column("invoke→return µs", justify="right", no_wrap=True)
-    for p in procs:
-        t.add_column(p, overflow="fold", min_width=14)
+    t, procs = _lane_table(v, "invoke→return µs")
     for s in v.steps:
         cell = f"{s['action']} {_short_args(s['args'])} ⇒ {s['observed']}"
         if s.get("freed"):
@@ -157,17 +156,9 @@ def history_table(v: Violation) -> Table:
 def spec_table(v: Violation) -> Table:
     """A TLC counterexample: one lane per process, one row per spec action
     (its arguments recovered by the model), what it changed for its process,
-    the live chunks (``id@address:reader_count``, addresses in 8-byte units)
+    the live chunks (``id@address:reader_count``, addresses in spec units)
     and whether the model took the same step."""
-    procs = []
-    for s in v.steps:
-        if s["process"] not in procs and s["process"] not in ("-", "?"):
-            procs.append(s["process"])
-    procs.sort(key=lambda p: (p != "writer", p))
-    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
-    t.add_column("#", justify="right", no_wrap=True)
-    for p in procs:
-        t.add_column(p, overflow="fold", min_width=14)
+    t, procs = _lane_table(v, "#", skip=("-", "?"))
     t.add_column("ring", overflow="fold")
     t.add_column("model", no_wrap=True)
     for s in v.steps[1:]:
