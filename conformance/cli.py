@@ -27,6 +27,7 @@ import datetime as _dt
 import os
 import signal
 import sys
+from collections.abc import Callable
 from pathlib import Path
 
 from rich.console import Console
@@ -110,15 +111,7 @@ def mutants(args: argparse.Namespace) -> int:
     directory), 130 interrupted."""
     from .mutation import main as run_mutants_command
 
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
-    try:
-        return run_mutants_command(args, Console(), Console(stderr=True))
-    except KeyboardInterrupt:
-        Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",
-                                   markup=False, highlight=False)
-        return EXIT_INTERRUPTED
-    finally:
-        signal.signal(signal.SIGTERM, previous)
+    return _interruptible(lambda: run_mutants_command(args, Console(), Console(stderr=True)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -163,9 +156,16 @@ def _prepare_report_dir(path: Path) -> str | None:
 def check(args: argparse.Namespace) -> int:
     """``shmspec check``; SIGTERM (a CI job cancelled) and Ctrl-C stop the run
     with every worker process stopped and every segment unlinked (exit 130)."""
+    return _interruptible(lambda: _check(args))
+
+
+def _interruptible(run: Callable[[], int]) -> int:
+    """``run()`` with SIGTERM (a CI job cancelled) treated as Ctrl-C: either
+    stops it with every worker process stopped and every segment unlinked,
+    and gives exit 130."""
     previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
-        return _check(args)
+        return run()
     except KeyboardInterrupt:
         Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",
                                    markup=False, highlight=False)
