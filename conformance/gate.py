@@ -52,10 +52,17 @@ is claimed only when the target has a warp hook (id wraparound reached)."""
 DEFAULT_CAMPAIGNS: tuple[Campaign, ...] = CAMPAIGNS + (BOUNDARY,)
 
 CONCURRENCY_MODES = ("controlled", "free", "off")
-CONCURRENT_CAMPAIGNS: tuple[Campaign, ...] = (
-    Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled"),
-    Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"),
-)
+PREEMPTION = Campaign("preemption", frozenset(), SCHEDULED_CHECKS, mode="preemption")
+"""Every yield point of a get (and of the writer's operations) preempted once
+against an opposing operation (conformance/races.py); runs before the
+Hypothesis-drawn schedules, so a one-preemption race is found whatever the seed."""
+CONTROLLED = Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled")
+"""Writer and reader processes under schedules Hypothesis draws (conformance/schedule.py)."""
+CONCURRENT_CAMPAIGNS: dict[str, tuple[Campaign, ...]] = {
+    "controlled": (PREEMPTION, CONTROLLED),
+    "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"),),
+    "off": (),
+}
 
 
 @dataclass(frozen=True)
@@ -223,7 +230,7 @@ def run_gate(
     concurrency = concurrency or gp.concurrency
     if concurrency not in CONCURRENCY_MODES:
         raise ValueError(f"unknown concurrency mode {concurrency!r} (choose from {', '.join(CONCURRENCY_MODES)})")
-    campaigns = tuple(campaigns) + tuple(c for c in CONCURRENT_CAMPAIGNS if c.mode == concurrency)
+    campaigns = tuple(campaigns) + CONCURRENT_CAMPAIGNS[concurrency]
     if first_finding_only:
         gp = replace(gp, rounds=1, final_round=False)
     if seed is None:
@@ -231,6 +238,7 @@ def run_gate(
     config = config or SessionConfig()
     t0 = time.monotonic()
     results = []
+    raced: set[str] = set()  # found by the preemption sweep: the drawn schedules need not hunt them again
     saved_budget = getattr(_engine, "MAX_SHRINKING_SECONDS", None)
     try:
         if saved_budget is not None:  # Hypothesis's own shrink time limit (default 300 s)
@@ -239,9 +247,11 @@ def run_gate(
             if on_progress:
                 on_progress(campaign.name, i, len(campaigns))
             steps_before = sum(r.steps for r in results)
-            res = _run_campaign(target, campaign, gp, seed, config, concurrency)
+            res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced)
             _rebase_detection(res, t0, steps_before)
             results.append(res)
+            if campaign.mode == "preemption":
+                raced |= {v.property for v in res.violations}
             # A finding is not hunted again by later campaigns: they start with it excused.
             for v in res.violations:
                 if v.exc is not None:
@@ -255,15 +265,18 @@ def run_gate(
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,
-                  concurrency: str = "off") -> CampaignResult:
+                  concurrency: str = "off", raced: set[str] | frozenset[str] = frozenset()) -> CampaignResult:
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     if campaign.mode == "free":
         return _run_free(target, gp, seed, base, res)
     if campaign.mode == "program":
         return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled")
-    if campaign.mode == "controlled":
-        # Races are findings of their own: only CONFORMANCE excusals carry over.
-        base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
+    if campaign.mode in ("controlled", "preemption"):
+        # Races are findings of their own: only CONFORMANCE excusals carry
+        # over, and what the preemption sweep found (``raced``).
+        base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")) | set(raced))
+        if campaign.mode == "preemption":
+            return _run_preemption(target, base, res)
         try:
             with ProcessPool(target, base.readers) as pool:
                 return _run_rounds(target, campaign, gp, seed, base, res,
@@ -457,6 +470,36 @@ def _run_programs_scheduled(target: LoadedTarget, progs: list, base: SessionConf
                 config = replace(config, excused=config.excused | {exc.prop})
 
 
+def _run_preemption(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:
+    """The preemption-bounded sweep (:func:`~.races.sweep`) on one process
+    pool; a finding is recorded once per property (concurrency ``controlled``:
+    its steps are the exact schedule) and excused for the schedules after it."""
+    from .races import sweep
+
+    t0 = time.monotonic()
+
+    def record(race, point, exc, steps) -> SessionConfig:
+        at = f" at {point}" if point else ""
+        res.violations.append(Violation(exc.prop, f"preemption: {race.name}{at}: {exc.message}", "preemption", 0,
+                                        [s.to_json() for s in exc.steps], _config_json(cfg[0]), exc,
+                                        concurrency="controlled", detected_seconds=time.monotonic(),
+                                        detected_steps=steps))
+        cfg[0] = replace(cfg[0], excused=cfg[0].excused | {exc.prop})
+        return cfg[0]
+
+    cfg = [base]
+    try:
+        with ProcessPool(target, base.readers) as pool:
+            res.examples, res.steps = sweep(target, base, pool, record)
+        res.completed = True
+    except ScheduleError as exc:
+        res.error = f"ScheduleError: {exc}"
+    except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
+        res.error = f"{type(exc).__name__}: {exc}"
+    res.seconds = time.monotonic() - t0
+    return res
+
+
 def history_steps(ops: list, prop: str, message: str, culprit: Any = None) -> list[dict[str, Any]]:
     """A finding's sub-history as report steps (times in µs from its first
     invoke); the violation is attached to ``culprit`` (else the last step)."""
@@ -544,4 +587,4 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
     )
 
 
-__all__ = ["ALL_PROPERTIES", "CONCURRENCY_MODES", "DESCRIPTIONS", "GATE_PROFILES", "GateResult", "Violation", "run_gate", "config_from_json"]
+__all__ = ["ALL_PROPERTIES", "CONCURRENCY_MODES", "CONTROLLED", "DESCRIPTIONS", "GATE_PROFILES", "PREEMPTION", "GateResult", "Violation", "run_gate", "config_from_json"]

@@ -211,6 +211,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         if c.mode == "controlled" and c.steps and not c.skipped:
             console.print(f"campaign {c.name}: {c.examples} examples, {c.steps} scheduled steps "
                           f"({c.steps / max(c.seconds, 1e-9):.0f} steps/s, shrinking included)")
+        if c.mode == "preemption" and not c.error:
+            console.print(f"campaign {c.name}: {c.examples} schedules, each preempting one operation at one yield "
+                          f"point (bound 1), {c.steps} scheduled steps")
         if c.mode == "program" and not c.error:
             wrap = "with" if "WRAP" in c.checks else "without (no warp hook)"
             early = f"; stopped early (target diverged): {', '.join(c.rates['stopped_early'])}" \

@@ -306,6 +306,28 @@ class ScheduledSession:
             raise PropertyViolation("LEAK", "the segment is still there after close", self.trace, "close")
 
 
+def payload(config: SessionConfig, n: int, fill: int) -> bytes:
+    """The ``n``-th put's payload: ``n`` as a 4-byte tag (so no two objects are
+    equal), then ``fill`` percent of the largest body ``config`` accepts."""
+    room = config.max_object_size - object_nbytes(b"") - 4
+    return n.to_bytes(4, "little") + bytes([n % 251]) * (room * fill // 100)
+
+
+def reused(session: ScheduledSession, r: Ref) -> bool:
+    """``r``'s chunk is gone from the writer's ring and another live chunk
+    covers its address (a lagging reader of ``r`` meets that chunk)."""
+    snap, B = session.snap, session.config.data_buffer_size
+    return snap is not None and not any((c.address, c.id) == (r.address, r.id) for c in snap.chunks) and any(
+        c.address % B <= r.address % B < c.address % B + c.size for c in snap.chunks)
+
+
+def run_whole(session: ScheduledSession, proc: str) -> None:
+    """Advance ``proc`` until its operation ends or it cannot move (blocked on
+    the reader lock another paused process holds)."""
+    while proc in session.runnable():
+        session.execute({"process": proc, "kind": "advance"})
+
+
 def _decode(v: Any) -> Any:
     """Blob / Garbage from the JSON form a worker sends (else the value itself)."""
     if isinstance(v, dict) and "blob" in v:
@@ -360,8 +382,8 @@ class _Scheduled(RuleBasedStateMachine):
         """Start an operation; unless ``interleave``, run it to completion at once
         (``interleave`` shrinks to False, so shrunk schedules pause only where needed)."""
         self._run({"process": proc, "kind": "start", "action": action, "args": args})
-        while not interleave and proc in self.session.runnable():
-            self._run({"process": proc, "kind": "advance"})
+        if not interleave:
+            run_whole(self.session, proc)
 
     @precondition(lambda self: self.session is not None and self.session.writer_idle())
     @rule(key=st.sampled_from(KEYS), fill=st.sampled_from((0, 100, 50, 25, 75)), interleave=st.booleans())
@@ -369,9 +391,7 @@ class _Scheduled(RuleBasedStateMachine):
         """A put of a unique payload; ``fill`` is the percentage of the largest
         payload the store accepts (large ones fill the ring in a few puts)."""
         self.puts += 1
-        room = self.config.max_object_size - object_nbytes(b"") - 4
-        body = self.puts.to_bytes(4, "little") + bytes([self.puts % 251]) * (room * fill // 100)
-        self._start("writer", "put", {"key": key, "data": body.hex()}, interleave)
+        self._start("writer", "put", {"key": key, "data": payload(self.config, self.puts, fill).hex()}, interleave)
 
     @precondition(lambda self: self.session is not None and self.session.unread() and self.session.idle_readers())
     @rule()
@@ -426,17 +446,13 @@ class _Scheduled(RuleBasedStateMachine):
             self._churn(s.ref(ref))
         else:
             self._start("writer", op, {}, False)
-        while reader in s.runnable():
-            self._run({"process": reader, "kind": "advance"})
+        run_whole(s, reader)
 
     def _churn(self, r: Ref, max_puts: int = 4) -> None:
         """Largest puts under fresh keys until ``r``'s chunk is gone and another
         chunk covers its address, a put fails, or ``max_puts`` were made."""
-        B = self.config.data_buffer_size
         for _ in range(max_puts):
-            snap = self.session.snap
-            if snap is not None and not any((c.address, c.id) == (r.address, r.id) for c in snap.chunks) and any(
-                    c.address % B <= r.address % B < c.address % B + c.size for c in snap.chunks):
+            if reused(self.session, r):
                 return
             before = len(self.session.refs)
             self.churned += 1
@@ -456,8 +472,7 @@ class _Scheduled(RuleBasedStateMachine):
         """One process finishes its operation (a coarse schedule step)."""
         s = self.session
         proc = data.draw(st.sampled_from(s.runnable()), label="process")
-        while proc in s.runnable():
-            self._run({"process": proc, "kind": "advance"})
+        run_whole(s, proc)
 
 
 def scheduled_machine(target: LoadedTarget, config: SessionConfig, pool: ProcessPool) -> type[RuleBasedStateMachine]:
@@ -499,4 +514,5 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
     return None
 
 
-__all__ = ["CHECKS", "LaneStep", "ScheduledSession", "replay_schedule", "scheduled_machine"]
+__all__ = ["CHECKS", "LaneStep", "Ref", "ScheduledSession", "payload", "replay_schedule", "reused", "run_whole",
+           "scheduled_machine"]
