@@ -14,7 +14,7 @@ CONCURRENCY ?=
 DEPTH ?=
 MODEL_TARGET ?=
 
-.PHONY: check check-model spec-tests prove test venv clean
+.PHONY: check check-model spec-tests prove test bench venv clean
 
 venv: $(STAMP)
 
@@ -43,6 +43,19 @@ prove: $(STAMP)
 
 test: $(STAMP)
 	$(BIN)/python -m pytest -q
+
+# benchmarks, not tests (bench/): impl against vLLM 0.33.0's store and a plain
+# shared-memory copy (put/get throughput), the gate's own rates and TLC
+# states/s per config; writes reports/bench/bench.json and bench.png.
+# Installs the `bench` extra (matplotlib) into .venv.
+BENCH_STAMP := $(VENV)/.shmspec-bench-installed
+
+$(BENCH_STAMP): $(STAMP)
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[bench]'
+	touch $(BENCH_STAMP)
+
+bench: $(BENCH_STAMP)
+	$(BIN)/python -m bench.run
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
