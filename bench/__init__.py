@@ -1,0 +1,12 @@
+"""shmspec benchmarks (``make bench``): scripts that measure and print ratios
+from one run.  Not tests: pytest's ``testpaths`` is ``tests/`` only.
+
+* :mod:`bench.store`   -- put/get throughput of impl, vLLM's newest store and
+  a plain shared-memory copy (the physical bound);
+* :mod:`bench.harness` -- the gate's own rates (lockstep steps/s, scheduled
+  steps/s, free-running ops/s) and TLC states/s per ``tla/MC*.cfg``;
+* :mod:`bench.plot`    -- ``bench.png`` from ``bench.json``;
+* :mod:`bench.run`     -- all of the above into ``reports/bench/``.
+
+Run each from the repository root: ``.venv/bin/python -m bench.store --help``.
+"""

@@ -1,0 +1,124 @@
+"""``make bench``: every benchmark, one JSON and one plot.
+
+``python -m bench.run [--out reports/bench] [--parts store,gate,free,tlc]
+[--sizes ...] [--readers ...] [--rounds N] [--serde buffers|pickle] [--quick]``
+
+Runs :mod:`bench.store` (impl, vLLM's newest store and a plain copy; put and
+get throughput per object size and reader count), then :mod:`bench.harness`
+(gate steps/s, free-running ops/s, TLC states/s per config), prints their
+tables and the rows where impl is slower than vLLM, and writes
+``<out>/bench.json`` (schema ``shmspec.bench/1``, described in
+``reports/README.md``) and ``<out>/bench.png`` (:mod:`bench.plot`; skipped
+with a note when matplotlib is missing).  Exit status 0; 1 when a reader got
+an object that differs from the one put; 2 when something could not run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import time
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import shmspec
+from bench import harness, store
+from bench.common import DEFAULT_OUT, SCHEMA, load_average, machine_info, now_iso, parse_ints, parse_sizes, wide_console, write_json
+from shmspec.conformance.loader import TargetError
+from shmspec.conformance.tlc import TlcError
+
+PARTS = ("store", "gate", "free", "tlc")
+
+
+def slower_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
+    """Rows (and ops) where impl's MB/s is below vLLM's: ratio impl/vLLM < 1."""
+    out = []
+    for row in section.get("rows", []):
+        for op in ("put", "get"):
+            r = row["ratios"][op]["impl_vllm"]
+            if r is not None and r < 1.0:
+                out.append({"size": row["size"], "size_label": row["size_label"], "readers": row["readers"],
+                            "op": op, "impl_vllm": r, "impl_mb_per_s": row[op]["impl"]["mb_per_s"],
+                            "vllm_mb_per_s": row[op]["vllm"]["mb_per_s"]})
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench.json and bench.png")
+    p.add_argument("--parts", default=",".join(PARTS), help="which of store,gate,free,tlc (default all)")
+    p.add_argument("--sizes", type=parse_sizes, default=None, help="object sizes (default 1KiB,64KiB,1MiB,16MiB)")
+    p.add_argument("--readers", type=parse_ints, default=None, help="reader process counts (default 1,2,4)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per store row (default 5)")
+    p.add_argument("--serde", choices=tuple(store.SERDES), default="buffers")
+    p.add_argument("--quick", action="store_true", help="smoke run of every part (seconds, not minutes)")
+    args = p.parse_args(argv)
+    parts = [s.strip() for s in args.parts.split(",") if s.strip()]
+    bad = [s for s in parts if s not in PARTS]
+    if bad:
+        print(f"bench.run: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
+        return 2
+    if args.quick and args.parts == ",".join(PARTS):
+        parts = ["store", "free", "tlc"]
+    console = wide_console()
+    log = lambda m: console.print(f"  {m}", highlight=False)  # noqa: E731
+    doc: dict[str, Any] = {"schema": SCHEMA, "tool": {"name": "shmspec", "version": shmspec.__version__},
+                           "command": "bench", "started": now_iso(), "machine": machine_info()}
+    console.print(f"[bold]shmspec bench[/]: {', '.join(parts)}; {doc['machine']['cpu_count']} CPUs, "
+                  f"load {doc['machine']['load_average']}")
+    t0 = time.monotonic()
+    code = 0
+    try:
+        if "store" in parts:
+            quick = args.quick
+            doc["store"] = store.run(
+                args.sizes or ([1024, 64 * 1024] if quick else list(store.DEFAULT_SIZES)),
+                args.readers or ([1] if quick else list(store.DEFAULT_READERS)),
+                args.rounds or (2 if quick else 5), list(store.STORES), args.serde,
+                64 if quick else None,
+                on_row=lambda r: log(f"store {r['size_label']:>7} x{r['readers']} done"))
+            console.print(store.table(doc["store"]))
+            wrong = store.problems(doc["store"])
+            for line in wrong:
+                console.print(f"[bold red]WRONG BYTES[/] {line}")
+            code = 1 if wrong else 0
+        hparts = [x for x in parts if x in harness.PARTS]
+        if hparts:
+            doc["harness"] = harness.run(hparts, free_readers=[2] if args.quick else [2, 4],
+                                         seconds=1.0 if args.quick else 3.0,
+                                         pattern="MC_impl_reread.cfg" if args.quick else "MC*.cfg", log=log)
+            for t in harness.tables(doc["harness"]):
+                console.print(t)
+    except (TargetError, TlcError, store.BenchError, RuntimeError) as exc:
+        console.print(f"[red]bench: {exc}[/]")
+        return 2
+    doc["seconds"] = round(time.monotonic() - t0, 1)
+    doc["load_average_end"] = load_average()
+    if "store" in doc:
+        slow = slower_rows(doc["store"])
+        doc["summary"] = {"impl_at_least_as_fast": not slow, "slower_rows": slow,
+                          "min_impl_vllm": min((r["ratios"][op]["impl_vllm"] for r in doc["store"]["rows"]
+                                                for op in ("put", "get")
+                                                if r["ratios"][op]["impl_vllm"] is not None), default=None)}
+        if slow:
+            console.print("[bold]impl slower than vLLM[/] (impl/vLLM < 1): " + "; ".join(
+                f"{r['size_label']} x{r['readers']} {r['op']} {r['impl_vllm']:.2f}" for r in slow))
+        else:
+            console.print("impl is at least as fast as vLLM in every row")
+    out = args.out
+    write_json(out / "bench.json", doc)
+    console.print(f"wrote {out / 'bench.json'} ({doc['seconds']:.0f} s; load at the end {doc['load_average_end']})")
+    try:
+        from bench.plot import plot
+
+        console.print(f"wrote {plot(doc, out / 'bench.png')}")
+    except ImportError:
+        console.print("[yellow]no plot: matplotlib is missing (.venv/bin/python -m pip install -e '.[bench]')[/]")
+    return code
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,668 @@
+"""Store throughput: impl against vLLM's newest store, both against a plain copy.
+
+``python -m bench.store [--sizes 1KiB,64KiB,1MiB,16MiB] [--readers 1,2,4]
+[--rounds 5] [--objects N] [--stores impl,vllm,copy] [--serde buffers|pickle]
+[--quick] [--json FILE]``
+
+Prints one table of measured rates and the ratios impl/vLLM, impl/copy and
+vLLM/copy, all from this one run; ``--json`` writes the rows.  Exit status 0,
+or 1 when any object a reader got differs from what was put (or a get
+failed): a benchmark that reads wrong bytes fast is wrong.
+
+Method
+------
+Three *stores* run side by side on the same payloads:
+
+* ``impl``: :mod:`shmspec.impl`'s store;
+* ``vllm``: vLLM's newest store (``vllm==0.33.0``'s ``shm_object_storage.py``,
+  loaded by :func:`shmspec.conformance.loader.load_target` with stand-ins for
+  ``torch`` and ``vllm.logger``; fetched once into the cache);
+* ``copy``: the physical bound, a plain shared-memory segment
+  (``multiprocessing.shared_memory``) of the same size: the writer copies
+  each object's bytes in (``buf[o:o+S] = payload``, wrapping like a ring) and
+  each reader copies them out (``bytes(buf[o:o+S])``).  No header, no
+  serde, no signature, no lock.
+
+Processes: this process is the writer; for each reader count N, N reader
+processes are forked (``multiprocess``, fork, as ``conformance/procs.py``
+does) before any segment exists and share one process-shared reader lock.
+For each size S the writer creates one real segment per store and the readers
+attach to each by name (impl's writer is also given the readers' lock, which
+it uses to fence reclaims; vLLM's writer gets none, as vLLM builds it: both
+via :func:`shmspec.conformance.adapter.open_writer`).  Every segment's pages
+are faulted in when it is created (writer) and attached (each reader), with
+``madvise(MADV_POPULATE_WRITE)``, as they are in a long-running store: no
+timed round pays a first touch of the segment.
+
+Geometry: a round is ``objects`` puts of S bytes (default ``64 MiB / S``,
+kept within [4, 2048]; ``--objects`` sets it).  The ring holds 4/3 of a
+round's chunks (rounded up to 1 MiB; 85 MiB for 4 x 16 MiB), so from the
+second round on every round's puts reclaim the previous round's chunks as
+they go (``put`` -> ``MemoryError`` -> ``free_unused`` -> retry, inside the
+timed put, as vLLM's sender does).  ``max_object_size`` is
+``min(ring, 32 MiB)``.  One warm-up round (fills the ring, faults the pages
+in) is run and verified but not timed into the results; then ``--rounds``
+rounds.  Within a round the stores take turns (the order rotates each
+round), so load that comes and goes hits all three alike; the result per
+store is the median round.
+
+One round, per store:
+
+1. (untimed) the writer makes ``objects`` distinct payloads (a 16-byte tag
+   naming store, round and index, then bytes of a random pool) and their CRC32s;
+2. **put** (timed, writer): for each payload ``put(key, payload)`` and
+   ``get_signature(key)``, the handle a signed store's sender hands to
+   readers (vLLM >= 0.32); copy: the plain copy in;
+3. (untimed) the handles (address, id, signature, key, CRC32, size) go to
+   every reader over its pipe; each answers ready; then the writer sends go;
+4. **get** (timed, readers): each reader gets every handle once, in order
+   (the read-once protocol the stores are built for: N readers each read each
+   object, so every chunk becomes reclaimable), keeping the objects; the
+   window is from the earliest reader's first get to the latest reader's
+   last one (``time.perf_counter_ns``, CLOCK_MONOTONIC, which all processes
+   share);
+5. (untimed) each reader checks every object it got: a ``bytes`` of the
+   right size whose CRC32 is the one the writer computed.
+
+Put rates are the writer's (objects/s, MB/s = 10**6 bytes/s of payload);
+get rates are aggregate over the N readers (N x objects in the window).  The
+handshaking (handles over a pipe, ready/go) is outside both timed windows
+and costs the same for every store.  On a machine with fewer cores than
+N readers, the readers share the cores; that is the same for all three.
+
+Serde (``--serde``; the same class for impl and vLLM, so the comparison is
+of the stores, not of serializers):
+
+* ``buffers`` (default): the path vLLM's ``MsgpackSerde`` takes for tensors
+  and multimodal items, which is what the store carries at these sizes
+  (image and video features): the data goes in as a list of buffers, no copy
+  on serialize; metadata is the pickled ``(type name, nbytes, lengths)``
+  tuple; ``deserialize`` reads the metadata and copies the data out once
+  (``MsgpackDecoder(share_mem=False)``) into a private ``bytes``;
+* ``pickle``: :class:`shmspec.impl.serde.PickleSerde`, the byte layout vLLM's
+  ``MsgpackSerde`` writes for any other value (``pickle.dumps`` on
+  serialize, ``pickle.loads`` on deserialize: one more copy each way).
+"""
+
+from __future__ import annotations
+
+import argparse
+import gc
+import os
+import pickle
+import random
+import statistics
+import struct
+import sys
+import time
+import zlib
+from dataclasses import dataclass, field
+from multiprocessing import resource_tracker
+from pathlib import Path
+from typing import Any
+
+if __package__ in (None, ""):  # run as a file: make ``bench`` importable
+    sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
+
+import multiprocess
+from rich.console import Console
+from rich.table import Table
+
+from bench.common import wide_console, fmt_size, machine_info, now_iso, parse_ints, parse_sizes, ratio, write_json
+from shmspec.conformance.adapter import open_writer
+from shmspec.conformance.loader import LoadedTarget, TargetError, load_target
+from shmspec.conformance.procs import worker_setup
+from shmspec.impl import segment as impl_segment
+from shmspec.impl.serde import PickleSerde
+
+VLLM_SPEC = "vllm==0.33.0"
+"""vLLM's newest store release."""
+STORES = ("impl", "vllm", "copy")
+DEFAULT_SIZES = (1024, 64 * 1024, 1024**2, 16 * 1024**2)
+DEFAULT_READERS = (1, 2, 4)
+ROUND_BYTES = 64 * 1024**2
+MIN_OBJECTS, MAX_OBJECTS = 4, 2048
+MAX_OBJECT_SIZE = 32 * 1024**2
+TAG_BYTES = 16
+MB = 1e6
+WAIT = 300.0
+"""Seconds the writer waits for a reader's answer before it gives up."""
+
+
+# ---------------------------------------------------------------------- serdes
+class BufferSerde:
+    """``ObjectSerde``-compatible serde for bytes-like values, shaped like
+    vLLM's ``MsgpackSerde`` on tensors: no copy on serialize (the value goes
+    in as a list of one buffer), one copy out on deserialize."""
+
+    def serialize(self, value: Any) -> tuple[list[memoryview], int, bytes, int]:
+        view = memoryview(value).cast("B")
+        md = pickle.dumps(("buffers", view.nbytes, [view.nbytes]), protocol=pickle.HIGHEST_PROTOCOL)
+        return [view], view.nbytes, md, len(md)
+
+    def deserialize(self, data: memoryview) -> bytes:
+        type_name, nbytes, _lengths = pickle.loads(data)  # stops at the metadata's STOP opcode
+        if type_name != "buffers" or not 0 <= nbytes <= len(data):
+            raise ValueError(f"not a BufferSerde object: {type_name!r}, {nbytes!r}")
+        return bytes(data[len(data) - nbytes:])
+
+
+SERDES = {"buffers": BufferSerde, "pickle": PickleSerde}
+
+
+# ------------------------------------------------------------------- geometry
+@dataclass(frozen=True)
+class Geometry:
+    """One size's setup (bytes): objects per round, ring size, max object size."""
+
+    size: int
+    objects: int
+    ring_bytes: int
+    max_object_size: int
+
+
+def geometry(size: int, objects: int | None = None) -> Geometry:
+    """Objects per round (``ROUND_BYTES / size`` within [4, 2048] unless given)
+    and a ring of 4/3 of a round's chunks rounded up to 1 MiB."""
+    if size < TAG_BYTES:
+        raise ValueError(f"objects must be at least {TAG_BYTES} bytes, got {size}")
+    n = objects or max(MIN_OBJECTS, min(MAX_OBJECTS, ROUND_BYTES // size))
+    chunk = size + 4096  # header, count and metadata fit in 4 KiB
+    ring = -(-(n * chunk * 4 // 3) // 1024**2) * 1024**2
+    ring = max(ring, 2 * chunk)
+    return Geometry(size, n, ring, min(ring, max(MAX_OBJECT_SIZE, chunk)))
+
+
+def make_payloads(store_idx: int, round_no: int, g: Geometry, pool: bytes) -> list[bytes]:
+    """``g.objects`` distinct payloads of ``g.size`` bytes: a 16-byte tag
+    (store, round, index) then a slice of ``pool`` at a varying offset."""
+    body = g.size - TAG_BYTES
+    span = len(pool) - body
+    out = []
+    for i in range(g.objects):
+        off = (i * 4099 + round_no * 131 + store_idx * 17) % span
+        out.append(struct.pack("<IIQ", store_idx, round_no, i) + pool[off:off + body])
+    return out
+
+
+MADV_POPULATE_WRITE = 23
+"""Linux >= 5.14: fault every page of a mapping in, writable, without changing it."""
+
+
+def prefault(shm: Any, first: int = 0) -> None:
+    """Map every page of the segment ``shm`` into this process now, so no
+    timed round pays a first-touch fault (a long-running store's pages are all
+    resident).  ``madvise(MADV_POPULATE_WRITE)``; where the kernel lacks it,
+    read the whole segment and rewrite the zeros of ``[first:]`` (call only on
+    a fresh segment there)."""
+    try:
+        shm._mmap.madvise(MADV_POPULATE_WRITE)
+        return
+    except (AttributeError, OSError, ValueError):
+        pass
+    buf = shm.buf
+    zlib.crc32(buf)
+    step = 1 << 20
+    for off in range(first, len(buf), step):
+        end = min(off + step, len(buf))
+        buf[off:end] = bytes(end - off)
+
+
+# --------------------------------------------------------------- reader side
+def _open_view(kind: str, target: LoadedTarget | None, lock: Any, serde: type, fields: dict) -> Any:
+    if kind == "copy":
+        shm = impl_segment.attach_segment(fields["segment"])
+        prefault(shm, len(shm.buf))  # read only: the writer owns the bytes
+        return shm
+    handle = target.module.ShmObjectStorageHandle(
+        max_object_size=fields["max_object_size"], n_readers=fields["n_readers"],
+        ring_buffer_handle=(fields["ring_bytes"], fields["segment"]), serde_class=serde, reader_lock=lock)
+    view = target.storage_cls.create_from_handle(handle)
+    shm = view.ring_buffer.shared_memory
+    prefault(shm, len(shm.buf))
+    return view
+
+
+def _close_view(kind: str, view: Any) -> None:
+    try:
+        view.close()
+    except Exception:  # noqa: BLE001 - teardown is best effort
+        pass
+
+
+def _check(obj: Any, crc: int, size: int) -> str | None:
+    """None when ``obj`` is the object put (a bytes of ``size`` with CRC ``crc``), else why not."""
+    if not isinstance(obj, (bytes, bytearray)):
+        return f"got {type(obj).__name__}, not bytes"
+    if len(obj) != size:
+        return f"got {len(obj)} bytes, put {size}"
+    got = zlib.crc32(obj)
+    if got != crc:
+        return f"CRC32 {got:08x} != {crc:08x} put"
+    return None
+
+
+def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, list]:
+    """Get every handle once, in order; return the window and the objects (or errors)."""
+    got: list[Any] = []
+    append = got.append
+    if kind == "copy":
+        buf = view.buf
+        t0 = time.perf_counter_ns()
+        for off, _, _, _, _, size in handles:
+            append(bytes(buf[off:off + size]))
+        t1 = time.perf_counter_ns()
+        return t0, t1, got
+    get = view.get
+    t0 = time.perf_counter_ns()
+    for address, monotonic_id, sig, key, _, _ in handles:
+        try:
+            append(get(address, monotonic_id, sig, key))
+        except Exception as exc:  # noqa: BLE001 - recorded and reported as a failed get
+            append(exc)
+    t1 = time.perf_counter_ns()
+    return t0, t1, got
+
+
+def _reader_main(conn: Any, name: str, targets: dict[str, LoadedTarget | None], lock: Any,
+                 serde: type, parent_pid: int) -> None:
+    worker_setup(parent_pid)
+    views: dict[str, tuple[str, Any]] = {}
+    while True:
+        msg = conn.recv()
+        if msg[0] == "attach":
+            _, store, fields = msg
+            try:
+                views[store] = (store, _open_view(store, targets.get(store), lock, serde, fields))
+                conn.send(("attached", None))
+            except Exception as exc:  # noqa: BLE001
+                conn.send(("attached", f"{type(exc).__name__}: {exc}"))
+        elif msg[0] == "detach":
+            for kind, view in views.values():
+                _close_view(kind, view)
+            views.clear()
+            conn.send(("detached",))
+        elif msg[0] == "batch":
+            _, store, handles = msg
+            kind, view = views[store]
+            gc.collect()
+            conn.send(("ready",))
+            if conn.recv()[0] != "go":
+                return
+            t0, t1, got = _read_batch(kind, view, handles)
+            bad = errors = 0
+            first = None
+            for obj, h in zip(got, handles):
+                if isinstance(obj, Exception):
+                    errors += 1
+                    why = f"get raised {type(obj).__name__}: {obj}"
+                else:
+                    why = _check(obj, h[4], h[5])
+                    bad += why is not None
+                if why and first is None:
+                    first = f"{name}: handle {h[:2]} key {h[3]!r}: {why}"
+            del got
+            conn.send(("done", t0, t1, len(handles), bad, errors, first))
+        elif msg[0] == "exit":
+            for kind, view in views.values():
+                _close_view(kind, view)
+            return
+
+
+# --------------------------------------------------------------- writer side
+class _Store:
+    """The writer's side of one store on one segment."""
+
+    def __init__(self, kind: str, target: LoadedTarget | None, g: Geometry, n_readers: int, lock: Any,
+                 serde: type):
+        self.kind = kind
+        self.g = g
+        self.pos = 0
+        self.rounds = 0
+        if kind == "copy":
+            self.shm = impl_segment.create_segment(g.ring_bytes, None)
+            self.writer = None
+            self.segment = self.shm.name
+            prefault(self.shm)
+        else:
+            self.shm = None
+            self.writer = open_writer(target, g.ring_bytes, g.max_object_size, n_readers, lock, serde)
+            self.segment = self.writer.ring_buffer.shared_memory.name
+            prefault(self.writer.ring_buffer.shared_memory, self.writer.ring_buffer.DATA_OFFSET)
+            self.signed = hasattr(self.writer, "get_signature")
+        self.fields = {"segment": self.segment, "ring_bytes": g.ring_bytes,
+                       "max_object_size": g.max_object_size, "n_readers": n_readers}
+
+    def put_batch(self, payloads: list[bytes], keys: list[str]) -> tuple[int, list[tuple]]:
+        """Put every payload (timed); return nanoseconds and ``(address, id, sig, key)`` per object."""
+        out = []
+        if self.kind == "copy":
+            buf, size, ring = self.shm.buf, self.g.size, self.g.ring_bytes
+            pos = self.pos
+            gc.collect()
+            t0 = time.perf_counter_ns()
+            for p in payloads:
+                if pos + size > ring:
+                    pos = 0
+                buf[pos:pos + size] = p
+                out.append((pos, 0, None, None))
+                pos += size
+            t1 = time.perf_counter_ns()
+            self.pos = pos
+            return t1 - t0, out
+        w = self.writer
+        put, sign = w.put, (w.get_signature if self.signed else None)
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        for key, p in zip(keys, payloads):
+            address, monotonic_id = put(key, p)
+            out.append((address, monotonic_id, sign(key) if sign else None, key))
+        t1 = time.perf_counter_ns()
+        return t1 - t0, out
+
+    def close(self) -> None:
+        if self.shm is not None:
+            impl_segment.release_segment(self.shm, unlink=True)
+        elif self.writer is not None:
+            closer = getattr(self.writer, "close", None) or self.writer.ring_buffer.close
+            closer()
+        self.writer = self.shm = None
+
+
+@dataclass
+class Tally:
+    """Per store, per row: timed seconds per round and verification counts."""
+
+    put_ns: list[int] = field(default_factory=list)
+    get_ns: list[int] = field(default_factory=list)
+    verified: int = 0
+    mismatches: int = 0
+    errors: int = 0
+    first_problem: str | None = None
+
+
+class BenchError(RuntimeError):
+    """A reader died, did not answer in time, or could not attach."""
+
+
+def _recv(conn: Any, proc: Any, what: str, timeout: float = WAIT) -> tuple:
+    deadline = time.monotonic() + timeout
+    while not conn.poll(0.5):
+        if not proc.is_alive():
+            raise BenchError(f"reader {proc.name} died while the writer waited for it to {what}")
+        if time.monotonic() > deadline:
+            raise BenchError(f"reader {proc.name} did not {what} within {timeout:g} s")
+    return conn.recv()
+
+
+class Readers:
+    """N forked reader processes, driven over pipes."""
+
+    def __init__(self, n: int, targets: dict[str, LoadedTarget | None], serde: type):
+        resource_tracker.ensure_running()  # one tracker for every process (see conformance/procs.py)
+        self.ctx = multiprocess.get_context("fork")
+        self.lock = self.ctx.Lock()
+        self.procs, self.conns = [], []
+        for i in range(n):
+            parent, child = self.ctx.Pipe()
+            p = self.ctx.Process(target=_reader_main, name=f"bench-r{i + 1}",
+                                 args=(child, f"r{i + 1}", targets, self.lock, serde, os.getpid()), daemon=True)
+            p.start()
+            child.close()
+            self.procs.append(p)
+            self.conns.append(parent)
+
+    def attach(self, store: str, fields: dict) -> None:
+        for c in self.conns:
+            c.send(("attach", store, fields))
+        for c, p in zip(self.conns, self.procs):
+            _, err = _recv(c, p, f"attach to {store}")
+            if err:
+                raise BenchError(f"reader {p.name} cannot attach to {store}: {err}")
+
+    def detach(self) -> None:
+        for c in self.conns:
+            c.send(("detach",))
+        for c, p in zip(self.conns, self.procs):
+            _recv(c, p, "detach")
+
+    def read(self, store: str, handles: list[tuple]) -> tuple[int, list[tuple]]:
+        """Hand out the batch, start every reader at once; return the window (ns) and the answers."""
+        for c in self.conns:
+            c.send(("batch", store, handles))
+        for c, p in zip(self.conns, self.procs):
+            _recv(c, p, "take the batch")
+        for c in self.conns:
+            c.send(("go",))
+        answers = [_recv(c, p, "read the batch") for c, p in zip(self.conns, self.procs)]
+        window = max(a[2] for a in answers) - min(a[1] for a in answers)
+        return window, answers
+
+    def close(self) -> None:
+        for c in self.conns:
+            try:
+                c.send(("exit",))
+            except (BrokenPipeError, OSError):
+                pass
+        for p in self.procs:
+            p.join(5.0)
+            if p.is_alive():
+                p.kill()
+                p.join(5.0)
+        for c in self.conns:
+            c.close()
+
+
+def _round(stores: dict[str, _Store], order: list[str], readers: Readers, round_no: int, g: Geometry,
+           pool: bytes, tallies: dict[str, Tally], timed: bool) -> None:
+    for name in order:
+        s = stores[name]
+        idx = STORES.index(name)
+        payloads = make_payloads(idx, round_no, g, pool)
+        crcs = [zlib.crc32(p) for p in payloads]
+        keys = [f"s{idx}-r{round_no}-{i}" for i in range(g.objects)]
+        put_ns, handles = s.put_batch(payloads, keys)
+        del payloads
+        batch = [(*h, crc, g.size) for h, crc in zip(handles, crcs)]
+        get_ns, answers = readers.read(name, batch)
+        t = tallies[name]
+        for _, _, _, n, bad, errors, first in answers:
+            t.verified += n
+            t.mismatches += bad
+            t.errors += errors
+            t.first_problem = t.first_problem or first
+        if timed:
+            t.put_ns.append(put_ns)
+            t.get_ns.append(get_ns)
+
+
+def _rates(ns_list: list[int], objects: int, size: int) -> dict[str, Any]:
+    med = statistics.median(ns_list) / 1e9
+    return {"objects_per_s": round(objects / med, 1), "mb_per_s": round(objects * size / med / MB, 1),
+            "seconds": [round(ns / 1e9, 6) for ns in ns_list]}
+
+
+def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, LoadedTarget | None],
+            serde: type, rounds: int, objects: int | None, seed: int = 0) -> dict[str, Any]:
+    """One (size, readers) row: every store in ``targets`` for ``rounds`` timed rounds."""
+    g = geometry(size, objects)
+    pool = random.Random(seed + size).randbytes(size + 64 * 1024)
+    stores: dict[str, _Store] = {}
+    tallies = {name: Tally() for name in targets}
+    try:
+        for name, target in targets.items():
+            stores[name] = _Store(name, target, g, n_readers, readers.lock, serde)
+            readers.attach(name, stores[name].fields)
+        names = list(targets)
+        for r in range(rounds + 1):  # round 0: warm-up, verified but not timed
+            order = names[r % len(names):] + names[:r % len(names)]
+            _round(stores, order, readers, r, g, pool, tallies, timed=r > 0)
+    finally:
+        try:
+            readers.detach()
+        finally:
+            for s in stores.values():
+                s.close()
+    row: dict[str, Any] = {"size": size, "size_label": fmt_size(size), "readers": n_readers,
+                           "objects": g.objects, "rounds": rounds, "warmup_rounds": 1,
+                           "ring_bytes": g.ring_bytes, "max_object_size": g.max_object_size,
+                           "put": {}, "get": {}, "ratios": {}, "verified": {}}
+    for name, t in tallies.items():
+        row["put"][name] = _rates(t.put_ns, g.objects, size)
+        row["get"][name] = _rates(t.get_ns, g.objects * n_readers, size)
+        row["verified"][name] = {"objects": t.verified, "mismatches": t.mismatches, "errors": t.errors,
+                                 "first_problem": t.first_problem}
+    for op in ("put", "get"):
+        rate = {name: row[op][name]["mb_per_s"] for name in tallies}
+        row["ratios"][op] = {"impl_vllm": ratio(rate.get("impl"), rate.get("vllm")),
+                             "impl_copy": ratio(rate.get("impl"), rate.get("copy")),
+                             "vllm_copy": ratio(rate.get("vllm"), rate.get("copy"))}
+    return row
+
+
+def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str], serde_name: str = "buffers",
+        objects: int | None = None, vllm_spec: str = VLLM_SPEC, on_row: Any = None) -> dict[str, Any]:
+    """Every row; returns the ``store`` section of ``bench.json``.
+
+    Raises:
+        TargetError: vLLM's store cannot be loaded.
+        BenchError: a reader process failed.
+    """
+    unknown = [s for s in stores if s not in STORES]
+    if unknown:
+        raise ValueError(f"unknown store {unknown[0]!r} (choose from {', '.join(STORES)})")
+    serde = SERDES[serde_name]
+    targets: dict[str, LoadedTarget | None] = {}
+    for name in STORES:
+        if name in stores:
+            targets[name] = load_target("impl") if name == "impl" else (
+                load_target(vllm_spec) if name == "vllm" else None)
+    t0 = time.monotonic()
+    started = now_iso()
+    rows = []
+    for n in readers_list:
+        readers = Readers(n, targets, serde)
+        try:
+            for size in sizes:
+                row = run_row(size, readers, n, targets, serde, rounds, objects)
+                rows.append(row)
+                if on_row:
+                    on_row(row)
+        finally:
+            readers.close()
+    return {
+        "started": started,
+        "seconds": round(time.monotonic() - t0, 2),
+        "serde": serde_name,
+        "stores": {name: (t.spec if t is not None else "plain shared-memory copy") for name, t in targets.items()},
+        "method": ("writer = this process, N forked reader processes, one real segment per store; per round the "
+                   "writer puts `objects` distinct payloads (put + get_signature), then every reader gets every "
+                   "handle once; put rate = writer's, get rate = aggregate over readers (earliest first get to "
+                   "latest last get); median of `rounds` rounds after one warm-up; every object got is checked "
+                   "against the CRC32 of what was put"),
+        "units": {"objects_per_s": "objects per second", "mb_per_s": "10**6 payload bytes per second",
+                  "seconds": "timed seconds of each round", "size": "bytes", "ring_bytes": "bytes"},
+        "rows": rows,
+    }
+
+
+# --------------------------------------------------------------------- output
+def _fmt_rate(x: float | None) -> str:
+    if x is None:
+        return "-"
+    return f"{x:,.0f}" if x >= 100 else f"{x:.1f}"
+
+
+def _fmt_ratio(x: float | None, bold_below_one: bool = False) -> str:
+    if x is None:
+        return "-"
+    s = f"{x:.2f}"
+    return f"[bold red]{s}[/]" if bold_below_one and x < 1.0 else s
+
+
+def table(section: dict[str, Any]) -> Table:
+    stores = list(section["stores"])
+    t = Table(title=f"Store throughput (serde {section['serde']}; MB/s = 10^6 B/s; median of rounds)")
+    for col in ("size", "readers", "op"):
+        t.add_column(col, no_wrap=True)
+    t.add_column("objects", justify="right")
+    for name in stores:
+        label = "vLLM" if name == "vllm" else name
+        if name != "copy":
+            t.add_column(f"{label} obj/s", justify="right")
+        t.add_column(f"{label} MB/s", justify="right")
+    for col in ("impl/vLLM", "impl/copy", "vLLM/copy"):
+        t.add_column(col, justify="right")
+    for row in section["rows"]:
+        for op in ("put", "get"):
+            cells = [row["size_label"], str(row["readers"]), op,
+                     str(row["objects"] * (row["readers"] if op == "get" else 1))]
+            for name in stores:
+                if name != "copy":
+                    cells.append(_fmt_rate(row[op][name]["objects_per_s"]))
+                cells.append(_fmt_rate(row[op][name]["mb_per_s"]))
+            r = row["ratios"][op]
+            cells += [_fmt_ratio(r["impl_vllm"], True), _fmt_ratio(r["impl_copy"]), _fmt_ratio(r["vllm_copy"])]
+            t.add_row(*cells, end_section=op == "get")
+    return t
+
+
+def problems(section: dict[str, Any]) -> list[str]:
+    """One line per store and row whose readers got a wrong object or a failed get."""
+    out = []
+    for row in section["rows"]:
+        for name, v in row["verified"].items():
+            if v["mismatches"] or v["errors"]:
+                out.append(f"{name} {row['size_label']} x{row['readers']}: {v['mismatches']} wrong objects, "
+                           f"{v['errors']} failed gets of {v['objects']}; first: {v['first_problem']}")
+    return out
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m bench.store", description=__doc__.split("\n\n")[0],
+                                formatter_class=argparse.RawDescriptionHelpFormatter)
+    p.add_argument("--sizes", type=parse_sizes, default=None, help="object sizes (default 1KiB,64KiB,1MiB,16MiB)")
+    p.add_argument("--readers", type=parse_ints, default=None, help="reader process counts (default 1,2,4)")
+    p.add_argument("--rounds", type=int, default=None, help="timed rounds per row, after one warm-up (default 5)")
+    p.add_argument("--objects", type=int, default=None,
+                   help="objects per round (default 64 MiB / size, within [4, 2048])")
+    p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy (default all)")
+    p.add_argument("--serde", choices=tuple(SERDES), default="buffers", help="serde for impl and vLLM (default buffers)")
+    p.add_argument("--vllm", default=VLLM_SPEC, metavar="TARGET",
+                   help=f"the store in the vllm column: any target spec (default {VLLM_SPEC}; file:PATH works too)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run: 1KiB,64KiB, 1 reader, 2 rounds of at most 64 objects (unless set)")
+    p.add_argument("--json", type=Path, default=None, help="write the rows (and machine info) to this file")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    quick = args.quick
+    sizes = args.sizes or ([1024, 64 * 1024] if quick else list(DEFAULT_SIZES))
+    readers = args.readers or ([1] if quick else list(DEFAULT_READERS))
+    rounds = args.rounds or (2 if quick else 5)
+    objects = args.objects or (64 if quick else None)
+    stores = [s.strip() for s in args.stores.split(",") if s.strip()]
+    console = wide_console()
+    console.print(f"[bold]bench.store[/]: sizes {', '.join(fmt_size(s) for s in sizes)}; readers "
+                  f"{', '.join(map(str, readers))}; {rounds} rounds; stores {', '.join(stores)}; "
+                  f"serde {args.serde}; load {os.getloadavg()[0]:.2f}")
+    try:
+        section = run(sizes, readers, rounds, stores, args.serde, objects, args.vllm,
+                      on_row=lambda r: console.print(f"  {r['size_label']:>7} x{r['readers']} done", highlight=False))
+    except (TargetError, BenchError, ValueError) as exc:
+        console.print(f"[red]bench.store: {exc}[/]")
+        return 2
+    console.print(table(section))
+    bad = problems(section)
+    for line in bad:
+        console.print(f"[bold red]WRONG BYTES[/] {line}")
+    if args.json:
+        write_json(args.json, {"schema": "shmspec.bench/1", "machine": machine_info(), "store": section})
+        console.print(f"wrote {args.json}")
+    return 1 if bad else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
