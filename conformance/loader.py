@@ -6,11 +6,23 @@ is executed in isolation: while it loads, ``torch`` and ``vllm.logger`` are
 satisfied by minimal stand-ins, and afterwards ``sys.modules`` is restored
 exactly (neither the stand-ins nor the module itself stay registered).
 
-A *vllm target* fetches that release's wheel from the package index with pip
-(``pip download --no-deps``) into the user cache
-(``$SHMSPEC_CACHE_DIR`` or ``~/.cache/shmspec``), keeps only
-``vllm/distributed/device_communicators/shm_object_storage.py`` and deletes the
-wheel, then loads that file as a file target.
+A *vllm target* needs one file of that release's wheel,
+``vllm/distributed/device_communicators/shm_object_storage.py``, kept in the
+user cache (``$SHMSPEC_CACHE_DIR`` or ``~/.cache/shmspec``, as
+``vllm/<version>/shm_object_storage.py``, with ``fetch.json`` beside it
+recording how it was fetched); the file is then loaded as a file target.
+Fetching it:
+
+1. **Range fetch** (first): the release's files are looked up in the index's
+   JSON API (``$SHMSPEC_INDEX_URL``, default ``https://pypi.org/pypi``: the
+   project page ``<index>/vllm/json``), one wheel is chosen (x86_64 or ``any``
+   first) and read through HTTP Range requests (:class:`HttpRangeFile` under
+   the stdlib ``zipfile``): only the end of the archive, its central directory
+   and the one member are transferred (a few hundred kB of a 250-500 MB
+   wheel).  zipfile checks the member's CRC-32.
+2. **pip** (fallback, when the JSON API or range requests fail): ``pip
+   download --no-deps`` of the whole wheel into a temporary directory (pip's
+   own index configuration applies), the member extracted, the wheel deleted.
 
 Errors: :class:`TargetError` (a usage or infrastructure problem; the CLI exits
 with status 2 and prints its one-line message).
@@ -19,6 +31,8 @@ with status 2 and prints its one-line message).
 from __future__ import annotations
 
 import importlib.util
+import io
+import json
 import logging
 import os
 import re
@@ -26,6 +40,9 @@ import subprocess
 import sys
 import tempfile
 import types
+import urllib.error
+import urllib.parse
+import urllib.request
 import uuid
 import zipfile
 from dataclasses import dataclass
@@ -40,6 +57,15 @@ REQUIRED = ("SingleWriterShmRingBuffer", "SingleWriterShmObjectStorage")
 
 class TargetError(Exception):
     """The target cannot be loaded (unknown spec, missing file, no classes, no registry)."""
+
+
+class NoStoreFile(TargetError):
+    """The release exists but ships no store file (no wheel, or a wheel without it)."""
+
+
+DEFAULT_INDEX_URL = "https://pypi.org/pypi"
+HTTP_TIMEOUT = 30.0
+"""Seconds to wait for each HTTP connection or read."""
 
 
 @dataclass
@@ -134,23 +160,253 @@ def load_file(path: str | Path, spec: str | None = None, profile: Profile | None
     return LoadedTarget(spec or f"file:{path}", module, profile or detect_profile(module), path)
 
 
-def fetch_vllm(version: str) -> Path:
-    """The store file of vLLM ``version``, from the cache or fetched with pip.
+def index_url() -> str:
+    """Base URL of the package index's JSON API (``$SHMSPEC_INDEX_URL``, default PyPI's)."""
+    return (os.environ.get("SHMSPEC_INDEX_URL") or DEFAULT_INDEX_URL).rstrip("/")
+
+
+def _user_agent() -> str:
+    import shmspec
+
+    return f"shmspec/{shmspec.__version__} (+urllib)"
+
+
+def get_json(url: str, timeout: float = HTTP_TIMEOUT) -> dict:
+    """GET ``url`` and parse it as JSON.
 
     Raises:
-        TargetError: bad version, pip cannot reach the registry, or the wheel
-            has no store file.
+        TargetError: unreachable, an HTTP error status, or not JSON.
     """
+    req = urllib.request.Request(url, headers={"Accept": "application/json", "User-Agent": _user_agent()})
+    try:
+        with urllib.request.urlopen(req, timeout=timeout) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as exc:
+        raise TargetError(f"{url}: HTTP {exc.code} {exc.reason}") from None
+    except (urllib.error.URLError, OSError) as exc:
+        raise TargetError(f"cannot reach {url}: {getattr(exc, 'reason', exc)}") from None
+    except ValueError as exc:
+        raise TargetError(f"{url}: not JSON ({exc})") from None
+
+
+class RangeUnsupported(TargetError):
+    """The server answered a Range request with the whole file (or not at all with a part)."""
+
+
+class HttpRangeFile(io.RawIOBase):
+    """A read-only, seekable file over HTTP Range requests (no Content-Length
+    trust: the size comes from the first response's ``Content-Range``).
+
+    The first request fetches the last ``tail`` bytes (where a zip archive's
+    end record and usually its central directory are) and keeps them; every
+    other read is one ``Range: bytes=a-b`` request.  Wrap it in
+    ``io.BufferedReader`` (see :func:`open_remote_zip`) so small reads are
+    coalesced.  ``bytes_fetched`` and ``requests`` count what went over the
+    wire.  Each request honours ``timeout`` (seconds).
+
+    Raises (from the constructor and reads):
+        RangeUnsupported: the server ignores Range (HTTP 200) or sends no
+            usable ``Content-Range``; nothing more than the headers is read.
+        TargetError: unreachable, timed out, an HTTP error, or a short body.
+    """
+
+    def __init__(self, url: str, timeout: float = HTTP_TIMEOUT, tail: int = 1 << 16) -> None:
+        super().__init__()
+        self.url = url
+        self.timeout = timeout
+        self.bytes_fetched = 0
+        self.requests = 0
+        self._pos = 0
+        data, start, total = self._get(f"-{tail}")
+        self.size = total
+        self._tail_start = start
+        self._tail = data
+
+    def _get(self, spec: str) -> tuple[bytes, int, int]:
+        """One request for ``bytes=<spec>``; returns (body, first byte, file size)."""
+        req = urllib.request.Request(self.url, headers={"Range": f"bytes={spec}", "Accept-Encoding": "identity",
+                                                        "User-Agent": _user_agent()})
+        self.requests += 1
+        try:
+            with urllib.request.urlopen(req, timeout=self.timeout) as resp:
+                if resp.status != 206:
+                    raise RangeUnsupported(f"{self.url}: range requests not supported (HTTP {resp.status})")
+                m = re.fullmatch(r"\s*bytes\s+(\d+)-(\d+)/(\d+)\s*", resp.headers.get("Content-Range", ""))
+                if not m:
+                    raise RangeUnsupported(f"{self.url}: HTTP 206 without a usable Content-Range")
+                first, last, total = (int(g) for g in m.groups())
+                body = resp.read()
+        except urllib.error.HTTPError as exc:
+            raise TargetError(f"{self.url}: HTTP {exc.code} {exc.reason} for range {spec}") from None
+        except (urllib.error.URLError, OSError) as exc:  # includes timeouts and IncompleteRead's OSErrors
+            raise TargetError(f"cannot fetch {self.url}: {getattr(exc, 'reason', exc)}") from None
+        self.bytes_fetched += len(body)
+        if len(body) != last - first + 1:
+            raise TargetError(f"{self.url}: short response for range {spec} ({len(body)} of {last - first + 1} bytes)")
+        return body, first, total
+
+    def readable(self) -> bool:
+        return True
+
+    def seekable(self) -> bool:
+        return True
+
+    def tell(self) -> int:
+        return self._pos
+
+    def seek(self, offset: int, whence: int = io.SEEK_SET) -> int:
+        base = {io.SEEK_SET: 0, io.SEEK_CUR: self._pos, io.SEEK_END: self.size}[whence]
+        if base + offset < 0:
+            raise OSError(22, "negative seek position")
+        self._pos = base + offset
+        return self._pos
+
+    def readinto(self, b) -> int:
+        n = min(len(b), self.size - self._pos)
+        if n <= 0:
+            return 0
+        if self._pos >= self._tail_start:  # inside the kept tail
+            off = self._pos - self._tail_start
+            chunk = self._tail[off:off + n]
+        else:  # stop where the kept tail begins; the caller reads on
+            chunk, _, _ = self._get(f"{self._pos}-{min(self._pos + n, self._tail_start) - 1}")
+        b[:len(chunk)] = chunk
+        self._pos += len(chunk)
+        return len(chunk)
+
+
+def read_remote_member(url: str, member: str, timeout: float = HTTP_TIMEOUT,
+                       buffer_size: int = 1 << 17) -> tuple[bytes, HttpRangeFile]:
+    """The bytes of ``member`` of the zip archive at ``url``, read with Range
+    requests (end record, central directory, the member).  Returns them and
+    the :class:`HttpRangeFile` (its ``bytes_fetched``, ``requests``, ``size``).
+
+    Raises:
+        NoStoreFile: the archive has no such member.
+        RangeUnsupported: the server does not honour Range.
+        TargetError: unreachable, HTTP error, or not a valid zip (CRC included).
+    """
+    raw = HttpRangeFile(url, timeout)
+    try:
+        with zipfile.ZipFile(io.BufferedReader(raw, buffer_size)) as zf:
+            try:
+                return zf.read(member), raw
+            except KeyError:
+                raise NoStoreFile(f"{url.rsplit('/', 1)[-1]} has no {member}") from None
+    except zipfile.BadZipFile as exc:
+        raise TargetError(f"{url}: not a valid wheel ({exc})") from None
+
+
+def pick_wheel(files: list[dict]) -> dict | None:
+    """The wheel to read from a release's files (PyPI JSON ``urls`` entries):
+    x86_64 or pure-Python first, not yanked first, then the highest build tag;
+    None when the release has no wheel.  Every wheel carries the same store file."""
+    wheels = [f for f in files if f.get("filename", "").endswith(".whl")]
+    if not wheels:
+        return None
+
+    def score(f: dict) -> tuple:
+        parts = f["filename"][:-4].split("-")
+        build = int(re.match(r"\d*", parts[2]).group() or 0) if len(parts) == 6 else 0
+        plat = parts[-1]
+        return ("x86_64" in plat or plat == "any", not f.get("yanked", False), build)
+
+    return max(wheels, key=score)
+
+
+def index_releases(index: str | None = None) -> dict[str, list[dict]]:
+    """Every vLLM release on the index and its files, from the JSON API's
+    project page ``<index>/vllm/json`` (its ``releases`` map; each file's
+    ``url`` made absolute, as PyPI may give it relative to that page).
+
+    Raises:
+        TargetError: the JSON API is unreachable or has no ``releases``.
+    """
+    url = f"{(index or index_url()).rstrip('/')}/vllm/json"
+    data = get_json(url)
+    releases = data.get("releases")
+    if not isinstance(releases, dict):
+        raise TargetError(f"{url}: no 'releases' in the index's answer")
+    return {v: [{**f, "url": urllib.parse.urljoin(url, f.get("url", ""))} for f in fs if isinstance(f, dict)]
+            for v, fs in releases.items() if isinstance(fs, list)}
+
+
+def _store_path(version: str) -> Path:
+    return cache_dir() / "vllm" / version / "shm_object_storage.py"
+
+
+def _check_version(version: str) -> None:
     if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
         raise TargetError(f"not a vLLM release number: {version!r}")
     try:
         profile_for_vllm(version)
     except ValueError as exc:
         raise TargetError(str(exc)) from None
-    dest = cache_dir() / "vllm" / version / "shm_object_storage.py"
+
+
+def fetch_store(version: str, files: list[dict] | None = None, index: str | None = None) -> tuple[Path, dict]:
+    """The store file of vLLM ``version`` and how it was obtained.
+
+    From the cache if present; else by range fetch (``files``: the release's
+    file entries with absolute URLs, from :func:`index_releases`, looked up
+    there when not given), falling back to pip when the JSON API or range
+    requests fail.  The record (also kept as ``fetch.json`` beside the file):
+    ``method`` (``range`` or ``pip``; ``unknown`` for a file cached before
+    records were kept), ``wheel`` (file name), ``wheel_bytes``,
+    ``bytes_fetched`` and ``requests`` (range: what went over the wire), and
+    ``cached`` (true: nothing was fetched now).
+
+    Raises:
+        NoStoreFile: the release has no wheel, or its wheel lacks the file.
+        TargetError: bad version, or neither the range fetch nor pip worked.
+    """
+    _check_version(version)
+    dest = _store_path(version)
+    record_path = dest.with_name("fetch.json")
     if dest.is_file():
-        return dest
+        try:
+            record = json.loads(record_path.read_text())
+        except (OSError, ValueError):
+            record = {"method": "unknown", "wheel": None, "wheel_bytes": None, "bytes_fetched": None, "requests": None}
+        return dest, {**record, "cached": True}
+    try:
+        if files is None:
+            files = index_releases(index).get(version)
+            if files is None:
+                raise TargetError(f"vllm=={version} is not on the index")
+        wheel = pick_wheel(files)
+        if wheel is None:
+            raise NoStoreFile(f"vllm=={version} has no wheel on the index")
+        data, raw = read_remote_member(wheel["url"], STORE_FILE)
+        record = {"method": "range", "wheel": wheel["filename"], "wheel_bytes": raw.size,
+                  "bytes_fetched": raw.bytes_fetched, "requests": raw.requests}
+    except NoStoreFile:
+        raise
+    except TargetError as first:
+        try:
+            data, wheel_name, wheel_bytes = _pip_fetch(version)
+        except NoStoreFile:
+            raise
+        except TargetError as second:
+            raise TargetError(f"cannot fetch vllm=={version}: {first}; pip fallback: {second}") from None
+        record = {"method": "pip", "wheel": wheel_name, "wheel_bytes": wheel_bytes, "bytes_fetched": wheel_bytes,
+                  "requests": None, "range_error": str(first)}
     dest.parent.mkdir(parents=True, exist_ok=True)
+    tmp_dest = dest.with_suffix(".tmp")
+    tmp_dest.write_bytes(data)
+    tmp_dest.replace(dest)
+    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    return dest, {**record, "cached": False}
+
+
+def _pip_fetch(version: str) -> tuple[bytes, str, int]:
+    """The store file's bytes, the wheel's name and size, by ``pip download``
+    of the whole wheel into a temporary directory.
+
+    Raises:
+        NoStoreFile: the wheel lacks the file.
+        TargetError: pip failed or timed out.
+    """
     with tempfile.TemporaryDirectory(prefix="shmspec-wheel-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
                "--disable-pip-version-check", "-q", "-d", tmp, f"vllm=={version}"]
@@ -164,13 +420,20 @@ def fetch_vllm(version: str) -> Path:
             raise TargetError(f"cannot fetch vllm=={version} from the package registry: {last}")
         with zipfile.ZipFile(wheels[0]) as zf:
             try:
-                data = zf.read(STORE_FILE)
+                return zf.read(STORE_FILE), wheels[0].name, wheels[0].stat().st_size
             except KeyError:
-                raise TargetError(f"vllm=={version} does not ship {STORE_FILE}") from None
-    tmp_dest = dest.with_suffix(".tmp")
-    tmp_dest.write_bytes(data)
-    tmp_dest.replace(dest)
-    return dest
+                raise NoStoreFile(f"vllm=={version} does not ship {STORE_FILE}") from None
+
+
+def fetch_vllm(version: str) -> Path:
+    """The store file of vLLM ``version``: cached, else range-fetched from the
+    index's wheel, else via pip (see :func:`fetch_store`).
+
+    Raises:
+        TargetError: bad version, the registry unreachable (both ways), or the
+            release ships no store file (:class:`NoStoreFile`).
+    """
+    return fetch_store(version)[0]
 
 
 def load_target(spec: str) -> LoadedTarget:

@@ -75,8 +75,10 @@ def test_file_that_fails_to_import(tmp_path):
 
 
 def test_no_registry_reachable(tmp_path):
+    """Neither the index's JSON API (range fetch) nor pip's index answers."""
     env = {
         "SHMSPEC_CACHE_DIR": str(tmp_path / "cache"),
+        "SHMSPEC_INDEX_URL": "http://127.0.0.1:9/pypi",
         "PIP_INDEX_URL": "http://127.0.0.1:9/simple",
         "PIP_EXTRA_INDEX_URL": "",
         "PIP_FIND_LINKS": "",
@@ -87,7 +89,9 @@ def test_no_registry_reachable(tmp_path):
     }
     p = run_cli("check", "--target", "vllm==0.33.0", env=env)
     assert p.returncode == 2
-    assert "cannot fetch vllm==0.33.0" in one_line_error(p)
+    line = one_line_error(p)
+    assert "cannot fetch vllm==0.33.0" in line
+    assert "127.0.0.1:9/pypi/vllm/json" in line and "pip fallback" in line
 
 
 def test_bad_flags_exit_2():
