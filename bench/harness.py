@@ -13,7 +13,9 @@ Everything is measured in this one run and printed as a table:
   every property compared after each step; *program steps/s* the same for the
   z3 boundary programs; *scheduled steps/s* the ``controlled`` campaign's
   scheduled steps (a writer and two reader processes on one real segment, one
-  yield point per step, checks after each) over its seconds.  Campaign
+  yield point per step, checks after each; interleavings drawn by Hypothesis)
+  over its seconds, and the same for the ``preemption`` sweep (every
+  one-preemption schedule, when the gate has it).  Campaign
   seconds include Hypothesis's own work (generating, shrinking when something
   fails; nothing fails on impl).
 * **free** (:func:`shmspec.conformance.freerun.run_free` on impl, for each
@@ -96,6 +98,7 @@ def gate_rates(profile: str = "ci", target: str = "impl", concurrency: str = "co
         "wall_seconds": round(wall, 2),
         "lockstep": mode_rate("lockstep"),
         "program": mode_rate("program"),
+        "preemption": mode_rate("preemption"),
         "controlled": mode_rate("controlled"),
         "campaigns": [{"name": c["name"], "mode": c["mode"], "examples": c["examples"], "steps": c["steps"],
                        "seconds": c["seconds"],
@@ -202,10 +205,13 @@ def tables(section: dict[str, Any]) -> list[Table]:
         for col, just in (("mode", "left"), ("campaigns", "left"), ("examples", "right"), ("steps", "right"),
                           ("seconds", "right"), ("steps/s", "right"), ("examples/s", "right")):
             t.add_column(col, justify=just)
-        for mode in ("lockstep", "program", "controlled"):
-            m = g[mode]
+        for mode in ("lockstep", "program", "preemption", "controlled"):
+            m = g.get(mode)
+            if not m or not m["campaigns"]:
+                continue
             label = {"lockstep": "lockstep", "program": "program (z3 boundary)",
-                     "controlled": "scheduled (controlled)"}[mode]
+                     "preemption": "scheduled (preemption sweep)",
+                     "controlled": "scheduled (controlled, drawn)"}[mode]
             t.add_row(label, ", ".join(m["campaigns"]), _n(m["examples"]), _n(m["steps"]), _n(m["seconds"], 2),
                       _n(m["steps_per_s"], 1), _n(m["examples_per_s"], 2))
         out.append(t)
