@@ -81,13 +81,17 @@ class _Sym:
         self.vars[name] = v
         return v
 
-    def put(self, name: str, mode: str = "direct") -> dict[str, Any]:
+    def put(self, name: str, mode: str = "direct", constrain: Callable[[Any], Any] | None = None) -> dict[str, Any]:
         """A put of a payload of symbolic length ``name``.  ``mode``: ``direct``
         (fits at once), ``reclaim`` (fits only after the put's FIFO reclaim of
-        the consumed oldest chunks), ``oom`` (MemoryError; nothing reclaimable)."""
+        the consumed oldest chunks), ``oom`` (MemoryError; nothing reclaimable).
+        ``constrain(n)``: a further constraint on the chunk size ``n`` in the
+        state before the put."""
         max_len = self.cfg.max_object_size - COUNT_BYTES - MD_BYTES
         length = self.var(name, TAG_BYTES, max_len)
         n = R.chunk_bytes(COUNT_BYTES + MD_BYTES + length)
+        if constrain is not None:
+            self.s.add(constrain(n))
         info = {"n": n, "end_before": self.end, "start_before": self.start}
         address = R.placement(self.end, self.B, n, Z3_OPS)
         ok = R.fits(address, n, self.start, self.B)
@@ -129,6 +133,31 @@ class _Sym:
             freed = freed + n
         self.before_renormalise = self.start
         self.start, self.end = R.renormalise(self.start, self.end, self.B, Z3_OPS)
+
+    def fits_after_reclaim(self, n: Any, bound: int) -> Any:
+        """Whether an ``n``-byte chunk fits after a FIFO reclaim of the
+        consumed oldest chunks that stops once ``bound`` bytes are freed (the
+        state is not changed)."""
+        start, end, freed = self.start, self.end, z3.IntVal(0)
+        states = [(start, end, freed)]
+        chunks = self.chunks
+        i = 0
+        while i < len(chunks) and chunks[i][3]:
+            has_next = i + 1 < len(chunks)
+            start, end = R.free_step(start, end, z3.BoolVal(has_next), chunks[i + 1][1] if has_next else start,
+                                     self.B, Z3_OPS)
+            freed = freed + chunks[i][2]
+            states.append((start, end, freed))
+            i += 1
+
+        def fits_at(st: tuple[Any, Any, Any]) -> Any:
+            s_, e_ = R.renormalise(st[0], st[1], self.B, Z3_OPS)
+            return R.fits(R.placement(e_, self.B, n, Z3_OPS), n, s_, self.B)
+
+        expr = fits_at(states[-1])
+        for st in reversed(states[:-1]):  # the loop stops at the first state with freed >= bound
+            expr = z3.If(st[2] >= bound, fits_at(st), expr)
+        return expr
 
     def free(self) -> None:
         self._free()
@@ -225,6 +254,14 @@ def _oom_by_one(y: _Sym) -> None:
     y.s.add(d["address"] == d["end_before"], d["end_before"] + d["n"] - y.start == y.B + 1)
 
 
+def _reclaim_past_max(y: _Sym) -> None:
+    refs = [y.put(f"len_{x}")["ref"] for x in "abc"]
+    for r in refs:
+        y.consume(r)
+    bound = y.cfg.max_object_size  # a reclaim that stops after one object's worth leaves no room
+    y.put("len_d", "reclaim", constrain=lambda n: z3.Not(y.fits_after_reclaim(n, bound)))
+
+
 def _id_wrap(y: _Sym) -> None:
     a = y.put("len_a")
     b = y.put("len_b")
@@ -273,6 +310,8 @@ EDGES: tuple[tuple[str, str, tuple[str, ...], Callable[[_Sym], None], bool, int 
      _start_renormalised, False, None),
     ("full-ring", "live chunks fill all B bytes; the next put is MemoryError", ("OOM", "DISJ"), _full_ring, False, None),
     ("oom-by-one", "a put one byte over the free room (end + n - start == B + 1)", ("OOM",), _oom_by_one, False, None),
+    ("reclaim-past-max", "the put's reclaim must free more than max_object_size bytes (up to 2 x, vLLM's bound) "
+     "before the chunk fits", ("OOM", "FIFO"), _reclaim_past_max, False, None),
     ("id-wrap", "ids 2**31 - 2, 2**31 - 1, 0, 1: reclaim and reads across the id wraparound", ("WRAP", "FIFO", "NRR"),
      _id_wrap, True, ID_MAX - 2),
     ("id-wrap-clear", "clear() right at id 2**31 - 1; the pre-clear handle is re-read", ("WRAP", "CLR", "NRR"),

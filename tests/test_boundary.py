@@ -18,7 +18,7 @@ from shmspec.conformance.replay import replay
 from shmspec.conformance.serde import object_nbytes
 from shmspec.conformance.session import SessionConfig
 from shmspec.impl import SingleWriterShmRingBuffer
-from shmspec.model.ring import HEADER_BYTES, ID_MAX
+from shmspec.model.ring import HEADER_BYTES, ID_MAX, fits, placement
 
 VARIANTS = MUTANTS_DIR  # the seeded faults ship in the package
 CFG = SessionConfig()
@@ -63,6 +63,17 @@ def _edge_hit(name: str, session) -> bool:
         return any(a[1] - a[0] == B for s, b, a in steps) and any(s.observed == "OutOfSpace" for s, _, _ in puts)
     if name == "oom-by-one":
         return any(s.observed == "OutOfSpace" and b[1] + _n(s) - b[0] == B + 1 for s, b, a in puts)
+    if name == "reclaim-past-max":
+        # a reclaim that stops once max_object_size bytes are freed leaves no room for the last put
+        *olds, (last, before, _) = puts
+        freed, start = 0, before[0]
+        for i, (s, _, _) in enumerate(olds):
+            freed += _n(s)
+            start = _handle(olds[i + 1][0])[0] if i + 1 < len(olds) else None
+            if freed >= CFG.max_object_size:
+                break
+        address = placement(before[1], B, _n(last))
+        return last.observed.startswith("(") and start is not None and not fits(address, _n(last), start, B)
     if name == "id-wrap":
         ids = [_handle(s)[1] for s, _, _ in puts]
         reads = [s for s in session.trace if s.action == "get" and s.args["ref"] == "h4"]
@@ -218,6 +229,10 @@ def test_boundary_programs_on_vllm(version):
     assert result.properties["WRAP"] == "pass"
     if version == "0.33.0":
         assert result.verdict == "pass", [v.message for v in result.violations]
-    else:  # 0.11's free leaves start at the freed chunk (state differs from the model)
-        assert {v.property for v in result.violations} == {"CONFORMANCE"}
+    else:  # 0.11's free leaves start at the freed chunk (state differs from the model) ...
+        assert {v.property for v in result.violations} == {"CONFORMANCE", "OOM"}
         assert "state differs from the model" in result.violations[0].message
+        # ... so once every chunk is reclaimed, start still points at the last one freed, and a put
+        # that fits the empty ring raises MemoryError
+        oom = next(v for v in result.violations if v.property == "OOM")
+        assert "program reclaim-past-max" in oom.message and "leaves room" in oom.message

@@ -8,8 +8,8 @@ is counted) and reuse its memory while the reader is still copying, so the
 copy holds the next object's bytes (or a torn mix) and is returned under the
 old handle.  impl copies *before* counting and re-validates the copy.
 
-Must be caught by: NRR (the controlled campaign pauses the reader between
-its count and its copy while the writer reclaims and reuses the slot).
+Must be caught by: NRR (the preemption campaign pauses the reader between
+its count and its copy while the writer clears or reclaims and reuses the slot).
 """
 
 from shmspec import impl as _impl

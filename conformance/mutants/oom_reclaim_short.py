@@ -7,7 +7,9 @@ needs room at the front, so ``put`` raises ``MemoryError`` although FIFO
 reclaim of the full amount would have made room.
 
 Must be caught by: OOM (``put`` raises ``MemoryError`` exactly when, after
-FIFO reclaim, no contiguous room exists).
+FIFO reclaim, no contiguous room exists), through the boundary program
+``reclaim-past-max``, whose last put fits only after more than one object's
+worth is freed.
 """
 
 from shmspec import impl as _impl

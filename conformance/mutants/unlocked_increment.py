@@ -8,8 +8,9 @@ atomic with respect to reclaim: a writer that frees and reuses the chunk
 between them gets the increment on the new chunk's count (and two readers can
 lose each other's increments).
 
-Must be caught by: RC (the controlled campaign: a live chunk's
-``reader_count`` exceeds the gets started against its handle).
+Must be caught by: RC (the preemption campaign pauses the reader before its
+increment while the writer reuses the slot: a live chunk's ``reader_count``
+exceeds the gets started against its handle).
 """
 
 from shmspec import impl as _impl

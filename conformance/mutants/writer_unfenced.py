@@ -7,8 +7,10 @@ are then no longer atomic with respect to reclaim: the writer can free and
 reuse a chunk between a reader's re-check and its increment, which lands on
 the new chunk.
 
-Must be caught by: RC (the controlled campaign: a live chunk's
-``reader_count`` exceeds the gets started against its handle).
+Must be caught by: RC (the preemption campaign pauses a re-reading reader
+before its increment, inside the lock the writer no longer takes, while the
+writer reclaims and reuses the slot: a live chunk's ``reader_count`` exceeds
+the gets started against its handle).
 """
 
 from shmspec import impl as _impl
