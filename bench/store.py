@@ -36,7 +36,8 @@ timed round pays a first touch of the segment.
 
 Geometry: a round is ``objects`` puts of S bytes (default ``64 MiB / S``,
 kept within [4, 2048]; ``--objects`` sets it).  The ring holds 4/3 of a
-round's chunks (rounded up to 1 MiB; 85 MiB for 4 x 16 MiB), so from the
+round's chunks (rounded up to 64 KiB: 3 MiB for 2048 x 1 KiB, about 85 MiB
+for 4 x 16 MiB), so from the
 second round on every round's puts reclaim the previous round's chunks as
 they go (``put`` -> ``MemoryError`` -> ``free_unused`` -> retry, inside the
 timed put, as vLLM's sender does).  ``max_object_size`` is
@@ -123,6 +124,10 @@ DEFAULT_READERS = (1, 2, 4)
 ROUND_BYTES = 64 * 1024**2
 MIN_OBJECTS, MAX_OBJECTS = 4, 2048
 MAX_OBJECT_SIZE = 32 * 1024**2
+CHUNK_OVERHEAD = 128
+"""Bytes a chunk holds beyond the payload, at most: header 8, reader count 4,
+serde metadata and framing (about 50 with either serde)."""
+RING_GRAIN = 64 * 1024
 TAG_BYTES = 16
 MB = 1e6
 WAIT = 300.0
@@ -163,12 +168,13 @@ class Geometry:
 
 def geometry(size: int, objects: int | None = None) -> Geometry:
     """Objects per round (``ROUND_BYTES / size`` within [4, 2048] unless given)
-    and a ring of 4/3 of a round's chunks rounded up to 1 MiB."""
+    and a ring of 4/3 of a round's chunks rounded up to 64 KiB: it cannot hold
+    two rounds, so every round after the first reclaims the one before."""
     if size < TAG_BYTES:
         raise ValueError(f"objects must be at least {TAG_BYTES} bytes, got {size}")
     n = objects or max(MIN_OBJECTS, min(MAX_OBJECTS, ROUND_BYTES // size))
-    chunk = size + 4096  # header, count and metadata fit in 4 KiB
-    ring = -(-(n * chunk * 4 // 3) // 1024**2) * 1024**2
+    chunk = size + CHUNK_OVERHEAD
+    ring = -(-(n * chunk * 4 // 3) // RING_GRAIN) * RING_GRAIN
     ring = max(ring, 2 * chunk)
     return Geometry(size, n, ring, min(ring, max(MAX_OBJECT_SIZE, chunk)))
 
