@@ -356,7 +356,8 @@ LEGEND = ("pass: holds   FAIL: violated   n/c: not checked (no campaign checking
 def summary_lines(res: MatrixResult) -> list[str]:
     n_rel = sum(len(r["releases"]) for r in res.rows if r["releases"] != ["impl"])
     n_groups = sum(1 for r in res.rows if r["releases"] != ["impl"])
-    lines = [f"{n_rel} release(s) in {n_groups} group(s) of identical store files; wall time {res.seconds:.0f} s"]
+    lines = [f"{n_rel} release(s) in {n_groups} group(s) of identical store files; wall time {res.seconds:.0f} s",
+             fetches_line(res.resolution)]
     for w in res.resolution.without_store:
         lines.append(f"without the store: vllm {w['version']}: {w['reason']}")
     for e in res.resolution.errors:
@@ -425,6 +426,7 @@ def main(args, console, err) -> int:
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
     try:
         with Progress(*columns, console=err, transient=True) as progress:
             task = progress.add_task("listing vLLM releases", total=None)
@@ -475,6 +477,7 @@ def main(args, console, err) -> int:
         concurrency = args.concurrency or GATE_PROFILES[args.profile].concurrency
         out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
                          started, on_cell, on_done)
+    out.seconds = time.monotonic() - t0  # the whole run, fetching included
     path = write_json(out, report_dir)
     write_html(out, report_dir)
     console.print(matrix_table(out, report_dir.resolve().as_uri() + "/"))
