@@ -444,9 +444,6 @@ def run_program_scheduled(target: Any, program: Program, config: SessionConfig, 
             finish(r)
         s.finish()
     except PropertyViolation as exc:
-        try:
-            s.finish()
-        except PropertyViolation:
-            pass
+        s.finish_quietly()
         return s, exc
     return s, None

@@ -182,10 +182,7 @@ def run_race(target: Any, race: Race, config: SessionConfig, pool: ProcessPool) 
         at = (_reader_race if race.side == "reader" else _writer_race)(d, race)
         s.finish()
     except PropertyViolation as exc:
-        try:
-            s.finish()
-        except PropertyViolation:
-            pass
+        s.finish_quietly()
         return s, d.at, exc
     return s, at, None
 

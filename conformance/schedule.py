@@ -274,6 +274,13 @@ class ScheduledSession:
                                 f"{started} get(s) of its handle started: a read was counted on the wrong chunk"))
         return v
 
+    def finish_quietly(self) -> None:
+        """:meth:`finish` after a violation was raised: later ones are dropped."""
+        try:
+            self.finish()
+        except PropertyViolation:
+            pass
+
     def finish(self) -> None:
         """Run every operation in flight to completion, then close the store
         (LEAK: the segment must be gone)."""
