@@ -14,7 +14,9 @@ caught by the property it names, 1 otherwise.
 [--concurrency C] [--seed N] [--report-dir DIR] [--no-impl] [--index-url URL]
 [--list]``: the gate on every vLLM release that ships the store (identical
 store files run once) and on impl; exit 0 when every cell ran and impl
-passes, 1 when impl fails, 2 when the matrix is incomplete.
+passes, 1 when impl fails, 2 when the matrix is incomplete or no release is
+selected, 3 when impl's verdict is unknown; with ``--no-impl`` only 0 (every
+cell ran) or 2 (incomplete).
 
 Exit status (a public interface, see README.md):
   0  every property holds (verdict "pass");
@@ -98,8 +100,12 @@ def build_parser() -> argparse.ArgumentParser:
                     help="each gate's concurrency mode (default: the profile's)")
     mx.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mx.add_argument("--report-dir", type=Path, default=None,
-                    help="directory for matrix.json, matrix.html and one gate report per group (default reports/matrix)")
-    mx.add_argument("--no-impl", action="store_true", help="leave impl out of the matrix")
+                    help="directory for matrix.json, matrix.html and one gate report per group (default "
+                         "reports/matrix); the previous run's matrix.json/html and the group folders it lists "
+                         "are removed first, nothing else")
+    mx.add_argument("--no-impl", action="store_true",
+                    help="leave impl out of the matrix; the exit status is then 0 when every cell ran (vLLM "
+                         "verdicts never count), 2 when the matrix is incomplete")
     mx.add_argument("--index-url", default=None,
                     help="the package index's JSON API (default $SHMSPEC_INDEX_URL or https://pypi.org/pypi)")
     mx.add_argument("--list", action="store_true",
@@ -138,8 +144,9 @@ def mutants(args: argparse.Namespace) -> int:
 def matrix(args: argparse.Namespace) -> int:
     """``shmspec matrix``: exit 0 when every cell ran and impl passes (vLLM
     releases failing is expected), 1 when impl has a violation, 2 when the
-    matrix is incomplete or on a usage error, 3 when impl's verdict is
-    unknown, 130 interrupted."""
+    matrix is incomplete or on a usage error (no release selected: ``--since``
+    after the newest, ``--releases ,``), 3 when impl's verdict is unknown,
+    130 interrupted.  With ``--no-impl``: 0 when every cell ran, else 2."""
     from .matrix import main as run_matrix_command
 
     return _interruptible(lambda: run_matrix_command(args, Console(), Console(stderr=True)))

@@ -14,7 +14,10 @@ each cell (group x property) is read back from that ``report.json``.
 
 Outputs: ``matrix.json`` (schema ``shmspec.matrix/1``, reports/README.md) and
 ``matrix.html`` in the report directory (default ``reports/matrix``), the same
-table on the console.  Exit status: :func:`exit_status`.
+table on the console.  Before a run, the previous run's output there is
+removed (:func:`clear_previous`: its matrix.json/html and the group folders
+its matrix.json lists), so no stale group folder is left beside the new
+ones; nothing else in the directory is touched.  Exit status: :func:`exit_status`.
 """
 
 from __future__ import annotations
@@ -106,7 +109,8 @@ def select_versions(releases: dict[str, list[dict]], which: str = "all", since: 
     not apply).
 
     Raises:
-        ValueError: a malformed version, one not on the index or before 0.11.0.
+        ValueError: a malformed version, one not on the index or before
+            0.11.0; or no release selected (``--since`` after the newest).
     """
     if which not in ("all", "newest"):
         chosen = sorted({v.strip() for v in which.split(",") if v.strip()}, key=version_key)
@@ -120,6 +124,9 @@ def select_versions(releases: dict[str, list[dict]], which: str = "all", since: 
     floor = max(version_key(since), version_key(FIRST_RELEASE))
     plain = sorted((v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v) and version_key(v) >= floor),
                    key=version_key)
+    if not plain:
+        raise ValueError(f"no release selected: the index lists no vLLM release X.Y.Z from "
+                         f"{'.'.join(map(str, floor))} (--since {since})")
     return plain[-1:] if which == "newest" else plain
 
 
@@ -180,6 +187,47 @@ def _last_line(path: Path) -> str:
     except OSError:
         return ""
     return lines[-1] if lines else ""
+
+
+GROUP_DIR = re.compile(r"impl|vllm-\d+\.\d+\.\d+")
+"""The names of the group folders matrix writes (:attr:`Group.dirname`, ``impl``)."""
+GATE_FILES = ("check.log", "report.json", "report.html", "repro_test.py")
+"""What a cell's folder holds: the gate's log and its report files."""
+
+
+def clear_previous(report_dir: Path) -> list[str]:
+    """Remove the previous run's output from ``report_dir``: ``matrix.json``,
+    ``matrix.html`` and the group folders that run's ``matrix.json`` lists
+    (only the files a cell writes, :data:`GATE_FILES`; a folder is removed
+    when that leaves it empty).  Nothing else is touched: a folder that
+    matrix.json does not name, or a file a cell did not write, stays.
+    Returns the folders removed (names).
+
+    Raises:
+        OSError: a file could not be removed.
+    """
+    try:
+        rows = json.loads((report_dir / "matrix.json").read_text()).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        rows = []
+    names = set()
+    for row in rows if isinstance(rows, list) else []:
+        first = str((row or {}).get("log") or "").split("/")[0] if isinstance(row, dict) else ""
+        if GROUP_DIR.fullmatch(first):
+            names.add(first)
+    removed = []
+    for name in sorted(names):
+        folder = report_dir / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for f in GATE_FILES:
+            (folder / f).unlink(missing_ok=True)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+            removed.append(name)
+    for name in ("matrix.json", "matrix.html"):
+        (report_dir / name).unlink(missing_ok=True)
+    return removed
 
 
 def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concurrency: str | None,
@@ -424,11 +472,11 @@ def main(args, console, err) -> int:
 
     index = args.index_url.rstrip("/") if args.index_url else None
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-               TimeElapsedColumn())
+               TimeElapsedColumn())  # a bar only on a terminal: a log gets no blank line from it
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     t0 = time.monotonic()
     try:
-        with Progress(*columns, console=err, transient=True) as progress:
+        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
             task = progress.add_task("listing vLLM releases", total=None)
 
             def on_release(i: int, total: int, version: str) -> None:
@@ -453,11 +501,10 @@ def main(args, console, err) -> int:
     report_dir: Path = args.report_dir or DEFAULT_REPORT_DIR
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
-        for name in ("matrix.json", "matrix.html"):
-            (report_dir / name).unlink(missing_ok=True)
+        clear_previous(report_dir)
     except OSError as exc:
         return fail(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
-    with Progress(*columns, console=err, transient=True) as progress:
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
         n_cells = len(res.groups) + (0 if args.no_impl else 1)
         bar = progress.add_task("gates", total=n_cells)
 
@@ -488,5 +535,5 @@ def main(args, console, err) -> int:
     return exit_status(out.rows, res.errors)
 
 
-__all__ = ["COLUMNS", "GATE_COMMAND", "Group", "MatrixResult", "Resolution", "SCHEMA", "exit_status", "label_runs",
+__all__ = ["COLUMNS", "GATE_COMMAND", "clear_previous", "Group", "MatrixResult", "Resolution", "SCHEMA", "exit_status", "label_runs",
            "main", "matrix_table", "resolve", "run_cell", "run_matrix", "select_versions", "write_html", "write_json"]

@@ -283,6 +283,50 @@ def test_unreachable_index_and_bad_release_exit_2(tmp_path, capsys):
     assert "shmspec: error: cannot reach http://127.0.0.1:9/pypi/vllm/json" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("selection", [["--since", "0.40.0"], ["--releases", "newest", "--since", "0.40.0"],
+                                       ["--releases", ","]])
+def test_empty_selection_exits_2_with_one_line(index, tmp_path, capsys, monkeypatch, selection):
+    _publish_mixed(index)
+    monkeypatch.setattr(matrix, "GATE_COMMAND", ["false"])  # any gate run would be an error
+    rep = tmp_path / "m"
+    assert cli.main(["matrix", *selection, "--index-url", index.url, "--report-dir", str(rep)]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("shmspec: error: ") and len(err.splitlines()) == 1, repr(err)  # no blank line first
+    assert ("no release selected" in err) if "--since" in selection else ("names no release" in err)
+    assert not rep.exists()
+
+
+def _previous_run(rep: Path, dirs: list[str]) -> None:
+    rep.mkdir(parents=True, exist_ok=True)
+    rows = [{"log": f"{d}/check.log", "report": f"{d}/report.html"} for d in dirs]
+    (rep / "matrix.json").write_text(json.dumps({"schema": "shmspec.matrix/1", "rows": rows}))
+    (rep / "matrix.html").write_text("<html></html>")
+    for d in dirs:
+        if "/" not in d and ".." not in d:
+            (rep / d).mkdir(exist_ok=True)
+            for name in matrix.GATE_FILES:
+                (rep / d / name).write_text("old")
+
+
+def test_clear_previous_removes_only_what_matrix_wrote(tmp_path):
+    rep = tmp_path / "m"
+    _previous_run(rep, ["vllm-0.20.0", "impl", "../outside", "notes"])
+    (rep / "impl" / "mine.txt").write_text("a user's file")  # not a gate file: kept, and its folder
+    (rep / "vllm-0.21.0").mkdir()  # not listed in matrix.json: kept
+    (rep / "vllm-0.21.0" / "report.json").write_text("{}")
+    # "notes" is listed and holds gate-named files, but is not a group folder name: kept
+    (rep / "README.txt").write_text("unrelated")
+    (tmp_path / "outside").mkdir()
+    (tmp_path / "outside" / "check.log").write_text("outside")
+    assert matrix.clear_previous(rep) == ["vllm-0.20.0"]
+    assert sorted(p.name for p in rep.iterdir()) == ["README.txt", "impl", "notes", "vllm-0.21.0"]
+    assert [p.name for p in (rep / "impl").iterdir()] == ["mine.txt"]
+    assert (rep / "vllm-0.21.0" / "report.json").is_file() and (rep / "notes" / "check.log").is_file()
+    assert (tmp_path / "outside" / "check.log").is_file()
+    assert matrix.clear_previous(rep) == []  # no matrix.json now: nothing more goes
+    assert matrix.clear_previous(tmp_path / "empty") == []  # a folder that does not exist
+
+
 def test_label_runs():
     order = ["0.11.0", "0.11.1", "0.11.2", "0.12.0", "0.13.0"]
     assert matrix.label_runs(["0.11.0", "0.11.1", "0.11.2", "0.13.0"], order) == "0.11.0–0.11.2, 0.13.0"
@@ -340,9 +384,13 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
         "0.33.1": {"vllm-0.33.1.tar.gz": b"sdist only"},
     })
     rep = tmp_path / "matrix"
+    _previous_run(rep, ["vllm-0.20.0", "impl"])  # an earlier run's groups: a stale one, and impl
     code = cli.main(["matrix", "--index-url", index.url, "--report-dir", str(rep), "--seed", "0"])
     out = capsys.readouterr().out
     assert code == 0, out  # a vLLM release failing does not fail the matrix
+    assert not (rep / "vllm-0.20.0").exists()  # stale group folder gone
+    assert sorted(p.name for p in rep.iterdir()) == ["impl", "matrix.html", "matrix.json", "vllm-0.32.0",
+                                                      "vllm-0.33.0"]
     data = json.loads((rep / "matrix.json").read_text())
     for key in ("schema", "tool", "started", "seconds", "profile", "seed", "properties", "rows",
                 "releases_without_store", "fetches", "errors", "exit_status"):
