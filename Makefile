@@ -16,6 +16,7 @@ DEPTH ?=
 MODEL_TARGET ?=
 
 RELEASES ?=
+QUICK ?=
 
 .PHONY: check check-model spec-tests prove matrix test bench venv clean
 
@@ -56,6 +57,8 @@ test: $(STAMP)
 # benchmarks, not tests (bench/): impl against vLLM 0.33.0's store and a plain
 # shared-memory copy (put/get throughput), the gate's own rates and TLC
 # states/s per config; writes reports/bench/bench.json and bench.png.
+# QUICK=1: a smoke run (bench.run --quick: small store rows, no gate part;
+# its ratios are not measurements).
 # Installs the `bench` extra (matplotlib) into .venv.
 BENCH_STAMP := $(VENV)/.shmspec-bench-installed
 
@@ -64,7 +67,7 @@ $(BENCH_STAMP): $(STAMP)
 	touch $(BENCH_STAMP)
 
 bench: $(BENCH_STAMP)
-	$(BIN)/python -m bench.run
+	$(BIN)/python -m bench.run $(if $(QUICK),--quick)
 
 clean:
 	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info

@@ -41,6 +41,39 @@ def parse_ints(text: str) -> list[int]:
     return out
 
 
+def positive_int(text: str) -> int:
+    """argparse type: an integer >= 1 (``"0"`` is refused, not taken as the default).
+
+    Raises:
+        ValueError: not an integer, or below 1.
+    """
+    n = int(text)
+    if n < 1:
+        raise ValueError(f"expected a positive integer, got {text!r}")
+    return n
+
+
+def unwritable(path: Path, is_dir: bool = False) -> str | None:
+    """Why ``path`` cannot be written (a file, or with ``is_dir`` a folder to
+    write files into), or None when it can: checked before a run, so a bad
+    path fails in a second and not after the benchmark.  Creates the missing
+    folders (as the write would); leaves no other file behind."""
+    folder = path if is_dir else path.parent
+    if not is_dir and path.is_dir():
+        return f"{path} is a directory"
+    blocker = next((p for p in (folder, *folder.parents) if p.exists()), None)
+    if blocker is not None and not blocker.is_dir():
+        return f"{blocker} is not a directory"
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        probe = folder / f".{path.name if not is_dir else 'bench'}.{os.getpid()}.probe"
+        probe.write_bytes(b"")
+        probe.unlink()
+    except OSError as exc:
+        return f"cannot write to {folder}: {exc.strerror or exc}"
+    return None
+
+
 def fmt_size(n: int) -> str:
     """1024 -> ``1 KiB``; 16777216 -> ``16 MiB``; 1000 -> ``1000 B``."""
     for unit, scale in (("GiB", 1024**3), ("MiB", 1024**2), ("KiB", 1024)):

@@ -49,7 +49,7 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
 
 from rich.table import Table
 
-from bench.common import REPO, machine_info, now_iso, parse_ints, wide_console, write_json
+from bench.common import REPO, machine_info, now_iso, parse_ints, unwritable, wide_console, write_json
 from shmspec.conformance import tlc
 
 PARTS = ("gate", "free", "tlc")
@@ -109,7 +109,9 @@ def gate_rates(profile: str = "ci", target: str = "impl", concurrency: str = "co
 
 # ---------------------------------------------------------------------- free
 def free_rates(readers_list: list[int], seconds: float, target: str = "impl", seed: int = 0) -> list[dict[str, Any]]:
-    """One free-running load per reader count on ``target``; ops/s from its history."""
+    """One free-running load per reader count on ``target``; ops/s from its history.
+    ``per_process`` maps each process to ``{"ops", "seconds", "ops_per_s"}``
+    (bench's key names; the gate report's ``rates`` keep ``ops_per_second``)."""
     from shmspec.conformance.freerun import free_config, run_free
     from shmspec.conformance.loader import load_target
 
@@ -120,7 +122,8 @@ def free_rates(readers_list: list[int], seconds: float, target: str = "impl", se
         out.append({"target": loaded.spec, "readers": n, "load_seconds": seconds, "ops": fr.ops,
                     "seconds": fr.seconds, "ops_per_s": fr.ops_per_second, "puts": fr.puts,
                     "out_of_space": fr.out_of_space, "verdict": fr.verdict,
-                    "per_process": fr.per_process})
+                    "per_process": {name: {"ops": d["ops"], "seconds": d["seconds"], "ops_per_s": d["ops_per_second"]}
+                                    for name, d in fr.per_process.items()}})
     return out
 
 
@@ -280,6 +283,9 @@ def main(argv: list[str] | None = None) -> int:
     bad = [s for s in parts if s not in PARTS]
     if bad:
         print(f"bench.harness: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
+        return 2
+    if args.json is not None and (why := unwritable(args.json)):
+        print(f"bench.harness: --json {args.json}: {why}", file=sys.stderr)
         return 2
     console = wide_console()
     try:

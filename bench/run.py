@@ -3,15 +3,24 @@
 ``python -m bench.run [--out reports/bench] [--parts store,gate,free,tlc]
 [--sizes ...] [--readers ...] [--rounds N] [--serde buffers|pickle] [--quick]``
 
+``--quick`` (``make bench QUICK=1``, a minute or two): a smoke run of the
+store, free and tlc parts at their smallest (1 KiB and 64 KiB, 1 reader, 2
+rounds of 64 objects; one 1 s free run; TLC on MC_impl_reread.cfg).  The
+gate part (minutes) is skipped unless ``--parts`` names it, and the skip is
+recorded in ``skipped``.  Its ratios are smoke-level, not measurements, and
+it says so instead of listing "slower" rows.
+
 Runs :mod:`bench.store` (impl, vLLM's newest store and a plain copy; put and
 get throughput per object size and reader count), then :mod:`bench.harness`
 (gate steps/s, free-running ops/s, TLC states/s per config), prints their
 tables and the rows where impl is slower than vLLM, and writes
 ``<out>/bench.json`` (schema ``shmspec.bench/1``, described in
 ``reports/README.md``) and ``<out>/bench.png`` (:mod:`bench.plot`; skipped
-with a note when matplotlib is missing).  Exit status 0; 1 when a reader got
-an object that differs from the one put; 2 when a part could not run
-(the others still run and are written; ``errors`` in the JSON says which).
+with a note when matplotlib is missing).  The ``--out`` folder is checked
+before anything runs.  Exit status 0; 1 when a reader got an object that
+differs from the one put (even if a part also could not run); else 2 when a
+part could not run (the others still run and are written; ``errors`` in the
+JSON says which) or on a usage error (one line, nothing run).
 """
 
 from __future__ import annotations
@@ -28,11 +37,13 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
 
 import shmspec
 from bench import harness, store
-from bench.common import DEFAULT_OUT, SCHEMA, load_average, machine_info, now_iso, parse_ints, parse_sizes, wide_console, write_json
+from bench.common import (DEFAULT_OUT, SCHEMA, load_average, machine_info, now_iso, parse_ints, parse_sizes, positive_int,
+                          unwritable, wide_console, write_json)
 from shmspec.conformance.loader import TargetError
 from shmspec.conformance.tlc import TlcError
 
 PARTS = ("store", "gate", "free", "tlc")
+QUICK_SKIP = "gate: skipped by --quick (a ci gate run takes minutes; --quick --parts gate runs it)"
 
 
 def slower_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
@@ -48,31 +59,51 @@ def slower_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
     return out
 
 
+def select_parts(text: str, quick: bool) -> tuple[list[str], list[str]]:
+    """``--parts`` (comma list) -> (parts to run, ``skipped`` entries): with
+    ``quick`` and the default (every part), the gate is skipped and says so.
+
+    Raises:
+        ValueError: an unknown part.
+    """
+    parts = [s.strip() for s in text.split(",") if s.strip()]
+    bad = [s for s in parts if s not in PARTS]
+    if bad:
+        raise ValueError(f"unknown part {bad[0]!r} (choose from {', '.join(PARTS)})")
+    if quick and parts == list(PARTS):
+        return [x for x in parts if x != "gate"], [QUICK_SKIP]
+    return parts, []
+
+
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(prog="python -m bench.run", description=__doc__.split("\n\n")[0])
     p.add_argument("--out", type=Path, default=DEFAULT_OUT, help="folder for bench.json and bench.png")
     p.add_argument("--parts", default=",".join(PARTS), help="which of store,gate,free,tlc (default all)")
     p.add_argument("--sizes", type=parse_sizes, default=None, help="object sizes (default 1KiB,64KiB,1MiB,16MiB)")
     p.add_argument("--readers", type=parse_ints, default=None, help="reader process counts (default 1,2,4)")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds per store row (default 5)")
+    p.add_argument("--rounds", type=positive_int, default=None, help="timed rounds per store row, at least 1 (default 5)")
     p.add_argument("--serde", choices=tuple(store.SERDES), default="buffers")
-    p.add_argument("--quick", action="store_true", help="smoke run of every part (seconds, not minutes)")
+    p.add_argument("--quick", action="store_true",
+                   help="smoke run of the store, free and tlc parts (a minute or two; the gate part is skipped "
+                        "unless --parts names it, recorded in `skipped`); its ratios are not measurements")
     args = p.parse_args(argv)
-    parts = [s.strip() for s in args.parts.split(",") if s.strip()]
-    bad = [s for s in parts if s not in PARTS]
-    if bad:
-        print(f"bench.run: unknown part {bad[0]!r} (choose from {', '.join(PARTS)})", file=sys.stderr)
+    try:
+        parts, skipped = select_parts(args.parts, args.quick)
+    except ValueError as exc:
+        print(f"bench.run: {exc}", file=sys.stderr)
         return 2
-    if args.quick and args.parts == ",".join(PARTS):
-        parts = ["store", "free", "tlc"]
+    if why := unwritable(args.out, is_dir=True):
+        print(f"bench.run: --out {args.out}: {why}", file=sys.stderr)
+        return 2
     console = wide_console()
     log = lambda m: console.print(f"  {m}", highlight=False)  # noqa: E731
     doc: dict[str, Any] = {"schema": SCHEMA, "tool": {"name": "shmspec", "version": shmspec.__version__},
-                           "command": "bench", "started": now_iso(), "machine": machine_info()}
+                           "command": "bench", "started": now_iso(), "quick": args.quick,
+                           "machine": machine_info()}
     console.print(f"[bold]shmspec bench[/]: {', '.join(parts)}; {doc['machine']['cpu_count']} CPUs, "
                   f"load {doc['machine']['load_average']}")
     t0 = time.monotonic()
-    code = 0
+    wrong_bytes = False
     errors: list[str] = []
     if "store" in parts:
         quick = args.quick
@@ -80,18 +111,18 @@ def main(argv: list[str] | None = None) -> int:
             doc["store"] = store.run(
                 args.sizes or ([1024, 64 * 1024] if quick else list(store.DEFAULT_SIZES)),
                 args.readers or ([1] if quick else list(store.DEFAULT_READERS)),
-                args.rounds or (2 if quick else 5), list(store.STORES), args.serde,
+                args.rounds if args.rounds is not None else (2 if quick else 5), list(store.STORES), args.serde,
                 64 if quick else None,
                 on_row=lambda r: log(f"store {r['size_label']:>7} x{r['readers']} done"))
         except (TargetError, store.BenchError, ValueError) as exc:
             errors.append(f"store: {exc}")
             console.print(f"[red]bench: store: {exc}[/]")
         else:
-            console.print(store.table(doc["store"]))
+            console.print(store.table(doc["store"], args.quick))
             wrong = store.problems(doc["store"])
             for line in wrong:
                 console.print(f"[bold red]WRONG BYTES[/] {line}")
-            code = 1 if wrong else 0
+            wrong_bytes = bool(wrong)
     hparts = [x for x in parts if x in harness.PARTS]
     if hparts:
         doc["harness"] = {}
@@ -111,6 +142,7 @@ def main(argv: list[str] | None = None) -> int:
         for t in harness.tables(doc["harness"]):
             console.print(t)
     doc["errors"] = errors
+    doc["skipped"] = skipped
     doc["seconds"] = round(time.monotonic() - t0, 1)
     doc["load_average_end"] = load_average()
     if "store" in doc:
@@ -119,7 +151,9 @@ def main(argv: list[str] | None = None) -> int:
                           "min_impl_vllm": min((r["ratios"][op]["impl_vllm"] for r in doc["store"]["rows"]
                                                 for op in ("put", "get")
                                                 if r["ratios"][op]["impl_vllm"] is not None), default=None)}
-        if slow:
+        if args.quick:
+            console.print(store.QUICK_NOTE, highlight=False)
+        elif slow:
             console.print("[bold]impl slower than vLLM[/] (impl/vLLM < 1): " + "; ".join(
                 f"{r['size_label']} x{r['readers']} {r['op']} {r['impl_vllm']:.2f}" for r in slow))
         else:
@@ -133,7 +167,12 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"wrote {plot(doc, out / 'bench.png')}")
     except ImportError:
         console.print("[yellow]no plot: matplotlib is missing (.venv/bin/python -m pip install -e '.[bench]')[/]")
-    return 2 if errors else code
+    return exit_code(wrong_bytes, errors)
+
+
+def exit_code(wrong_bytes: bool, errors: list[str]) -> int:
+    """1 when a reader got wrong bytes (that wins), else 2 when a part could not run, else 0."""
+    return 1 if wrong_bytes else (2 if errors else 0)
 
 
 if __name__ == "__main__":

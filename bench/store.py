@@ -2,12 +2,17 @@
 
 ``python -m bench.store [--sizes 1KiB,64KiB,1MiB,16MiB] [--readers 1,2,4]
 [--rounds 5] [--objects N] [--stores impl,vllm,copy] [--serde buffers|pickle]
-[--quick] [--json FILE]``
+[--vllm TARGET] [--quick] [--json FILE]``
 
 Prints one table of measured rates and the ratios impl/vLLM, impl/copy and
-vLLM/copy, all from this one run; ``--json`` writes the rows.  Exit status 0,
-or 1 when any object a reader got differs from what was put (or a get
-failed): a benchmark that reads wrong bytes fast is wrong.
+vLLM/copy, all from this one run; ``--json`` writes the rows.  ``--vllm``
+puts any target in the vLLM column (``vllm==0.11.0`` ... ``vllm==0.33.0``:
+releases before 0.32 are unsigned, so their readers get by address and id
+only).  ``--quick`` is a smoke run whose ratios are not measurements.  Exit
+status 0; 1 when any object a reader got differs from what was put (or a get
+failed): a benchmark that reads wrong bytes fast is wrong; 2 when it cannot
+run (a bad option or ``--json`` path, checked first; a store that cannot be
+loaded, a put that raised, a reader that died), with one line saying why.
 
 Method
 ------
@@ -109,7 +114,8 @@ import multiprocess
 from rich.console import Console
 from rich.table import Table
 
-from bench.common import wide_console, fmt_size, machine_info, now_iso, parse_ints, parse_sizes, ratio, write_json
+from bench.common import (fmt_size, machine_info, now_iso, parse_ints, parse_sizes, positive_int, ratio, unwritable,
+                          wide_console, write_json)
 from shmspec.conformance.adapter import open_writer
 from shmspec.conformance.loader import LoadedTarget, TargetError, load_target
 from shmspec.conformance.procs import worker_setup
@@ -130,6 +136,9 @@ serde metadata and framing (about 50 with either serde)."""
 RING_GRAIN = 64 * 1024
 TAG_BYTES = 16
 MB = 1e6
+QUICK_NOTE = ("quick run: ratios are not measurements (smoke-level: 2 rounds of 64 objects swing ~2x "
+              "between runs); run without --quick to compare stores")
+"""Printed under a ``--quick`` table, in place of any reading of its ratios."""
 WAIT = 300.0
 """Seconds the writer waits for a reader's answer before it gives up."""
 
@@ -215,6 +224,13 @@ def prefault(shm: Any, first: int = 0) -> None:
 
 
 # --------------------------------------------------------------- reader side
+def data_offset(ring: Any) -> int:
+    """Bytes before the ring's data region in its segment: ``DATA_OFFSET``
+    (the header vLLM >= 0.32 and impl keep there), 0 for older vLLM layouts
+    (as :meth:`shmspec.conformance.adapter.StoreAdapter.snapshot` reads them)."""
+    return getattr(ring, "DATA_OFFSET", 0)
+
+
 def _open_view(kind: str, target: LoadedTarget | None, lock: Any, serde: type, fields: dict) -> Any:
     if kind == "copy":
         shm = impl_segment.attach_segment(fields["segment"])
@@ -230,8 +246,9 @@ def _open_view(kind: str, target: LoadedTarget | None, lock: Any, serde: type, f
 
 
 def _close_view(kind: str, view: Any) -> None:
-    try:
-        view.close()
+    try:  # vLLM < 0.15's views have no close(): close the mapping itself
+        closer = getattr(view, "close", None) or view.ring_buffer.shared_memory.close
+        closer()
     except Exception:  # noqa: BLE001 - teardown is best effort
         pass
 
@@ -262,8 +279,8 @@ def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, l
     get = view.get
     t0 = time.perf_counter_ns()
     for address, monotonic_id, sig, key, _, _ in handles:
-        try:
-            append(get(address, monotonic_id, sig, key))
+        try:  # vLLM < 0.32 is unsigned: get(address, id), no signature or key
+            append(get(address, monotonic_id, sig, key) if sig is not None else get(address, monotonic_id))
         except Exception as exc:  # noqa: BLE001 - recorded and reported as a failed get
             append(exc)
     t1 = time.perf_counter_ns()
@@ -334,8 +351,9 @@ class _Store:
             self.shm = None
             self.writer = open_writer(target, g.ring_bytes, g.max_object_size, n_readers, lock, serde)
             self.segment = self.writer.ring_buffer.shared_memory.name
-            prefault(self.writer.ring_buffer.shared_memory, self.writer.ring_buffer.DATA_OFFSET)
-            self.signed = hasattr(self.writer, "get_signature")
+            rb = self.writer.ring_buffer
+            prefault(rb.shared_memory, data_offset(rb))
+            self.signed = target.profile.signed
         self.fields = {"segment": self.segment, "ring_bytes": g.ring_bytes,
                        "max_object_size": g.max_object_size, "n_readers": n_readers}
 
@@ -360,9 +378,13 @@ class _Store:
         put, sign = w.put, (w.get_signature if self.signed else None)
         gc.collect()
         t0 = time.perf_counter_ns()
-        for key, p in zip(keys, payloads):
-            address, monotonic_id = put(key, p)
-            out.append((address, monotonic_id, sign(key) if sign else None, key))
+        try:
+            for key, p in zip(keys, payloads):
+                address, monotonic_id = put(key, p)
+                out.append((address, monotonic_id, sign(key) if sign else None, key))
+        except Exception as exc:  # noqa: BLE001 - the store cannot carry this row: one line, exit 2
+            raise BenchError(f"{self.kind}: put {len(out) + 1} of {len(payloads)} ({fmt_size(self.g.size)}) "
+                             f"raised {type(exc).__name__}: {exc}") from exc
         t1 = time.perf_counter_ns()
         return t1 - t0, out
 
@@ -370,9 +392,11 @@ class _Store:
         if self.shm is not None:
             impl_segment.release_segment(self.shm, unlink=True)
         elif self.writer is not None:
-            closer = getattr(self.writer, "close", None) or self.writer.ring_buffer.close
-            closer()
+            closer = getattr(self.writer, "close", None) or getattr(self.writer.ring_buffer, "close", None)
+            if closer is not None:
+                closer()
         self.writer = self.shm = None
+        gc.collect()  # vLLM < 0.15 has no close(): its ring unlinks the segment in __del__
 
 
 @dataclass
@@ -388,7 +412,8 @@ class Tally:
 
 
 class BenchError(RuntimeError):
-    """A reader died, did not answer in time, or could not attach."""
+    """A reader died, did not answer in time, or could not attach; or the
+    writer's put raised (the store cannot carry the row)."""
 
 
 def _recv(conn: Any, proc: Any, what: str, timeout: float = WAIT) -> tuple:
@@ -586,9 +611,11 @@ def _fmt_ratio(x: float | None, bold_below_one: bool = False) -> str:
     return f"[bold red]{s}[/]" if bold_below_one and x < 1.0 else s
 
 
-def table(section: dict[str, Any]) -> Table:
+def table(section: dict[str, Any], quick: bool = False) -> Table:
+    """The rows as a rich table (rates and ratios); ``quick`` marks its ratios smoke-level in the title."""
     stores = list(section["stores"])
-    t = Table(title=f"Store throughput (serde {section['serde']}; MB/s = 10^6 B/s; median of rounds)")
+    t = Table(title=f"Store throughput (serde {section['serde']}; MB/s = 10^6 B/s; median of rounds)"
+                    + (" -- QUICK RUN: smoke-level ratios, not measurements" if quick else ""))
     for col in ("size", "readers", "op"):
         t.add_column(col, no_wrap=True)
     t.add_column("objects", justify="right")
@@ -629,8 +656,9 @@ def build_parser() -> argparse.ArgumentParser:
                                 formatter_class=argparse.RawDescriptionHelpFormatter)
     p.add_argument("--sizes", type=parse_sizes, default=None, help="object sizes (default 1KiB,64KiB,1MiB,16MiB)")
     p.add_argument("--readers", type=parse_ints, default=None, help="reader process counts (default 1,2,4)")
-    p.add_argument("--rounds", type=int, default=None, help="timed rounds per row, after one warm-up (default 5)")
-    p.add_argument("--objects", type=int, default=None,
+    p.add_argument("--rounds", type=positive_int, default=None,
+                   help="timed rounds per row, at least 1, after one warm-up (default 5)")
+    p.add_argument("--objects", type=positive_int, default=None,
                    help="objects per round (default 64 MiB / size, within [4, 2048])")
     p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy (default all)")
     p.add_argument("--serde", choices=tuple(SERDES), default="buffers", help="serde for impl and vLLM (default buffers)")
@@ -647,8 +675,11 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     sizes = args.sizes or ([1024, 64 * 1024] if quick else list(DEFAULT_SIZES))
     readers = args.readers or ([1] if quick else list(DEFAULT_READERS))
-    rounds = args.rounds or (2 if quick else 5)
-    objects = args.objects or (64 if quick else None)
+    rounds = args.rounds if args.rounds is not None else (2 if quick else 5)
+    objects = args.objects if args.objects is not None else (64 if quick else None)
+    if args.json is not None and (why := unwritable(args.json)):
+        print(f"bench.store: --json {args.json}: {why}", file=sys.stderr)
+        return 2
     stores = [s.strip() for s in args.stores.split(",") if s.strip()]
     console = wide_console()
     console.print(f"[bold]bench.store[/]: sizes {', '.join(fmt_size(s) for s in sizes)}; readers "
@@ -660,7 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     except (TargetError, BenchError, ValueError) as exc:
         console.print(f"[red]bench.store: {exc}[/]")
         return 2
-    console.print(table(section))
+    console.print(table(section, quick))
+    if quick:
+        console.print(QUICK_NOTE, highlight=False)
     bad = problems(section)
     for line in bad:
         console.print(f"[bold red]WRONG BYTES[/] {line}")

@@ -55,19 +55,25 @@ def test_store_bench_impl_and_copy(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     _check_rows(doc, ["impl", "copy"], [1024, 64 * 1024])
     assert "impl/copy" in p.stdout  # the ratio columns of the table
+    assert "quick run: ratios are not measurements" in p.stdout
 
 
 @pytest.mark.network
-def test_store_bench_against_vllm(tmp_path):
+@pytest.mark.parametrize("version", ["0.33.0", "0.31.0", "0.11.0"])
+def test_store_bench_against_vllm(tmp_path, version):
+    """The newest store, and the unsigned layouts before 0.32 (no data-region
+    offset; 0.11.0 also without close())."""
     from shmspec.conformance.loader import TargetError, load_target
 
     try:
-        load_target("vllm==0.33.0")
+        load_target(f"vllm=={version}")
     except TargetError as exc:
         pytest.skip(f"registry unreachable: {exc}")
-    p, doc = _bench(tmp_path, "--sizes", "1KiB", "--stores", "impl,vllm,copy", "--serde", "pickle")
+    p, doc = _bench(tmp_path, "--sizes", "1KiB", "--stores", "impl,vllm,copy", "--serde", "pickle",
+                    "--vllm", f"vllm=={version}")
     assert p.returncode == 0, p.stdout + p.stderr
     _check_rows(doc, ["impl", "vllm", "copy"], [1024])
+    assert doc["store"]["stores"]["vllm"] == f"vllm=={version}"
     assert doc["store"]["rows"][0]["ratios"]["get"]["impl_vllm"] > 0
 
 
@@ -95,3 +101,115 @@ def test_store_bench_rejects_wrong_bytes(tmp_path):
     assert verified["impl"]["mismatches"] == 0
     assert verified["vllm"]["mismatches"] == 12
     assert "CRC32" in verified["vllm"]["first_problem"]
+
+
+# --- usage errors: one line, exit 2, before anything runs ----------------------------------------
+
+def _run(module, *args):
+    return subprocess.run([sys.executable, "-m", module, *args], cwd=REPO, capture_output=True, text=True,
+                          timeout=60)
+
+
+@pytest.mark.parametrize("module", ["bench.store", "bench.run"])
+def test_rounds_zero_is_refused(module):
+    p = _run(module, "--rounds", "0")
+    assert p.returncode == 2 and "--rounds" in p.stderr and "Traceback" not in p.stderr
+    assert p.stdout == ""
+
+
+def test_unusable_output_paths_fail_first(tmp_path):
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    p = _run("bench.store", "--stores", "copy", "--json", str(blocker / "store.json"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.startswith("bench.store: --json ") and len(p.stderr.strip().splitlines()) == 1
+    assert "done" not in p.stdout and "Traceback" not in p.stderr
+    p = _run("bench.store", "--stores", "copy", "--json", str(tmp_path))
+    assert p.returncode == 2 and "is a directory" in p.stderr
+    p = _run("bench.run", "--parts", "free", "--out", str(blocker / "out"))
+    assert p.returncode == 2, p.stdout + p.stderr
+    assert p.stderr.startswith("bench.run: --out ") and len(p.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in p.stderr and not (blocker.parent / "out").exists()
+
+
+# --- bench.run's decisions -----------------------------------------------------------------------
+
+def test_quick_skips_the_gate_and_says_so():
+    from bench.run import PARTS, QUICK_SKIP, select_parts
+
+    assert select_parts(",".join(PARTS), quick=False) == (list(PARTS), [])
+    parts, skipped = select_parts(",".join(PARTS), quick=True)
+    assert parts == ["store", "free", "tlc"] and skipped == [QUICK_SKIP] and skipped[0].startswith("gate: ")
+    assert select_parts("gate,tlc", quick=True) == (["gate", "tlc"], [])  # named: it runs
+    with pytest.raises(ValueError, match="unknown part 'x'"):
+        select_parts("store,x", quick=False)
+
+
+def test_wrong_bytes_win_over_a_part_that_could_not_run():
+    from bench.run import exit_code
+
+    assert exit_code(True, ["tlc: no java"]) == 1
+    assert exit_code(False, ["tlc: no java"]) == 2
+    assert exit_code(True, []) == 1 and exit_code(False, []) == 0
+
+
+def test_free_rates_use_bench_key_names():
+    from bench.harness import free_rates
+
+    (row,) = free_rates([1], 0.3)
+    assert row["ops_per_s"] > 0 and row["per_process"]
+    for rates in row["per_process"].values():
+        assert set(rates) == {"ops", "seconds", "ops_per_s"}
+
+
+# --- the plot ------------------------------------------------------------------------------------
+
+def _store_doc(sizes, readers, stores, started=True):
+    rates = {"impl": 30.0, "vllm": 40.0, "copy": 55.0}
+    rows = [{"size": s, "size_label": f"{s} B", "readers": n,
+             "put": {k: {"mb_per_s": rates[k] * (1 + i)} for k in stores},
+             "get": {k: {"mb_per_s": rates[k] * (1.1 + i)} for k in stores},
+             "ratios": {op: {"impl_vllm": 0.75 if "vllm" in stores else None} for op in ("put", "get")}}
+            for i, s in enumerate(sizes) for n in readers]
+    section = {"stores": {k: {"impl": "impl", "vllm": "vllm==0.11.0", "copy": "plain shared-memory copy"}[k]
+                          for k in stores}, "rows": rows}
+    if started:
+        section["started"] = "2026-12-01T00:00:00+00:00"
+    return {"schema": "shmspec.bench/1", "machine": {"cpu_count": 2, "python": "3.11.7", "load_average": [1.0]},
+            "store": section}
+
+
+def test_plot_labels_and_panels():
+    pytest.importorskip("matplotlib")
+    import matplotlib.pyplot as plt
+
+    from bench.plot import draw, store_label, title
+
+    assert store_label("vllm", "vllm==0.11.0") == "vLLM 0.11.0"
+    assert store_label("vllm", "file:/x/store.py") == "vLLM (file:/x/store.py)"
+    assert store_label("impl", "impl") == "impl" and store_label("copy", None) == "plain copy"
+    # a bench.store JSON: no top-level `started`, the store section's is used
+    doc = _store_doc([1024], [1], ["impl", "vllm", "copy"])
+    assert title(doc) == "shmspec bench (2026-12-01T00:00:00+00:00; 2 CPUs, Python 3.11.7; load [1.0])"
+    assert "(;" not in title(_store_doc([1024], [1], ["impl"], started=False))
+    # a quick run (one reader count, no TLC): put, get, ratio -- no empty panel
+    fig = draw(doc)
+    try:
+        fig.canvas.draw()
+        axes = fig.get_axes()
+        assert len(axes) == 3 and all(ax.has_data() for ax in axes)
+        assert all(ax.get_xlabel() == "object size" for ax in axes)
+        put = axes[0]
+        assert "vLLM 0.11.0" in [t.get_text() for t in put.get_legend().get_texts()]
+        # one size, rates within a decade: the log axis still has labelled ticks
+        lo, hi = put.get_ylim()
+        labels = [t.get_text() for t, v in zip(put.get_yticklabels(), put.get_yticks()) if lo <= v <= hi]
+        assert any(labels), labels
+    finally:
+        plt.close(fig)
+    # impl and copy only, 2 reader counts: no ratio panel, no TLC panel
+    fig = draw(_store_doc([1024, 65536], [1, 2], ["impl", "copy"]))
+    try:
+        assert len(fig.get_axes()) == 4 and all(ax.has_data() for ax in fig.get_axes())
+    finally:
+        plt.close(fig)
