@@ -30,6 +30,8 @@ metadata + data) is ``chunk_size - 8`` bytes.
 
 from __future__ import annotations
 
+import struct
+
 SECRET_BYTES = 32
 CONTROL_OFFSET = SECRET_BYTES
 CONTROL_BYTES = 64
@@ -46,6 +48,12 @@ COUNT_NBYTES = 4  # reader_count in front of every stored object
 OBJECT_HEADER = MD_SIZE + COUNT_NBYTES  # 12: smallest sane chunk_size of an object
 ID_MAX = 2**31  # ids live in [0, ID_MAX)
 INT32_MAX = 2**31 - 1
+
+CHUNK_HEADER = struct.Struct("<ii")
+"""The ``[id][chunk_size]`` header: two signed 32-bit little-endian ints, the
+same encoding as :func:`bytes_to_int32` (``CHUNK_HEADER.unpack_from(view,
+offset)`` decodes both in one call, without copying)."""
+assert CHUNK_HEADER.size == MD_SIZE
 
 
 def segment_size(data_buffer_size: int) -> int:

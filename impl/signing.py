@@ -20,6 +20,8 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+from itertools import repeat
+from operator import is_
 
 from shmspec.model.errors import BadHandleFields, BadSignature, MissingSignature
 
@@ -31,6 +33,40 @@ ADDRESS_LIMIT = 2**64
 
 def _is_int(value: object) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _signature_shape_ok_reference(signature: object) -> bool:
+    """The signature rule, one Python-level test per byte: a ``list`` (or
+    subclass) of exactly 32 ints (int subclasses allowed, ``bool`` not) in
+    ``[0, 255]``.  :func:`_signature_shape_ok` must agree with it on every input."""
+    return (
+        isinstance(signature, list)
+        and len(signature) == SIGNATURE_BYTES
+        and all(_is_int(b) and 0 <= b <= 255 for b in signature)
+    )
+
+
+def _signature_shape_ok(signature: object) -> bool:
+    """Same verdict (and exceptions) as :func:`_signature_shape_ok_reference`, cheaper.
+
+    Fast path, C-level builtins only and no user code: an exact ``list`` of 32
+    elements whose types are all exactly ``int`` (compared by identity, so
+    ``bool``, int subclasses and ``__index__`` types are not taken here), in
+    range iff ``bytes()`` accepts them.  Anything the fast path does not prove
+    valid goes to the reference check, which decides.
+    """
+    if (
+        type(signature) is list
+        and len(signature) == SIGNATURE_BYTES
+        and all(map(is_, map(type, signature), repeat(int)))
+    ):
+        try:
+            bytes(signature)
+        except (TypeError, ValueError):
+            pass  # out of range (or the list changed under us): the reference decides
+        else:
+            return True
+    return _signature_shape_ok_reference(signature)
 
 
 def validate_handle_fields(
@@ -52,11 +88,7 @@ def validate_handle_fields(
             f"monotonic_id must be an int in [0, 2**31), got {monotonic_id!r}"
         )
     if signature is not None:
-        if (
-            not isinstance(signature, list)
-            or len(signature) != SIGNATURE_BYTES
-            or not all(_is_int(b) and 0 <= b <= 255 for b in signature)
-        ):
+        if not _signature_shape_ok(signature):
             raise BadHandleFields("signature must be a list of 32 ints in [0, 255]")
     if key is not None and not isinstance(key, str):
         raise BadHandleFields(f"key must be a str, got {type(key).__name__}")

@@ -7,9 +7,8 @@ property NRR holds whatever bytes payloads contain and whatever a reader does.
 
 from __future__ import annotations
 
-from contextlib import contextmanager
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 from shmspec.model.errors import (
     BadHandleFields,
@@ -27,6 +26,8 @@ from . import layout, signing, yieldpoints
 from .layout import bytes_to_int32, candidate_abs, generation, int32_to_bytes
 from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
+
+_CHUNK_HEADER_UNPACK = layout.CHUNK_HEADER.unpack_from
 
 LOCK_TIMEOUT = 10.0
 """Seconds a reader (or a writer given the lock) waits for the reader lock
@@ -47,6 +48,41 @@ class ShmObjectStorageHandle:
     ring_buffer_handle: tuple[int, str]
     serde_class: type[ObjectSerde]
     reader_lock: Any | None
+
+
+class _HoldReaderLock:
+    """What :meth:`SingleWriterShmObjectStorage._locked` returns: a context
+    manager around the store's ``reader_lock`` (a new one for each ``with``).
+
+    ``__enter__`` reads the store's lock; if there is one it calls
+    ``acquire(True, LOCK_TIMEOUT)`` (:data:`LOCK_TIMEOUT` read now) and raises
+    :class:`LockTimeout` when that fails.  ``__exit__`` calls ``release()`` on
+    the lock it acquired, whether or not the block raised, and never suppresses
+    an exception.  No yield point of its own: the lock's ``acquire`` and
+    ``release`` are the only calls made, once each, in that order.
+    """
+
+    __slots__ = ("_store", "_held")
+
+    def __init__(self, store: "SingleWriterShmObjectStorage"):
+        self._store = store
+        self._held: Any | None = None
+
+    def __enter__(self) -> None:
+        lock = self._store._reader_lock
+        if lock is None:
+            return None
+        if not lock.acquire(True, LOCK_TIMEOUT):
+            raise LockTimeout(LOCK_TIMEOUT)
+        self._held = lock
+        return None
+
+    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
+        lock = self._held
+        if lock is not None:
+            self._held = None
+            lock.release()
+        return None
 
 
 def _as_bytes_view(obj: Any) -> memoryview:
@@ -212,19 +248,12 @@ class SingleWriterShmObjectStorage:
     only when this is true (vLLM's writer would count its own reads)."""
 
     # ---------------------------------------------------------------- helpers
-    @contextmanager
-    def _locked(self) -> Iterator[None]:
-        """Hold ``reader_lock`` (if any) or raise :class:`LockTimeout`."""
-        lock = self._reader_lock
-        if lock is None:
-            yield
-            return
-        if not lock.acquire(True, LOCK_TIMEOUT):
-            raise LockTimeout(LOCK_TIMEOUT)
-        try:
-            yield
-        finally:
-            lock.release()
+    def _locked(self) -> _HoldReaderLock:
+        """``with self._locked():`` holds ``reader_lock`` (if any) for the
+        block, or raises :class:`LockTimeout` after :data:`LOCK_TIMEOUT`
+        seconds; released however the block exits (a plain class rather than
+        a generator, to keep the reader's ``get`` cheap)."""
+        return _HoldReaderLock(self)
 
     def _require_writer(self, operation: str) -> None:
         if not self.is_writer:
@@ -409,9 +438,7 @@ class SingleWriterShmObjectStorage:
         offset = address % B
         if offset + layout.OBJECT_HEADER > B:
             raise StaleHandle(address, monotonic_id)
-        header = bytes(region[offset : offset + layout.MD_SIZE])
-        chunk_id = bytes_to_int32(header[: layout.ID_NBYTES])
-        size = bytes_to_int32(header[layout.ID_NBYTES :])
+        chunk_id, size = _CHUNK_HEADER_UNPACK(region, offset)
         if (
             chunk_id != monotonic_id
             or size < layout.OBJECT_HEADER
