@@ -87,7 +87,15 @@ of the stores, not of serializers):
   (``MsgpackDecoder(share_mem=False)``) into a private ``bytes``;
 * ``pickle``: :class:`shmspec.impl.serde.PickleSerde`, the byte layout vLLM's
   ``MsgpackSerde`` writes for any other value (``pickle.dumps`` on
-  serialize, ``pickle.loads`` on deserialize: one more copy each way).
+  serialize, ``pickle.loads`` on deserialize: one more copy each way);
+* ``keep``: ``buffers``, except that ``deserialize`` keeps the buffer it is
+  handed instead of copying it when that buffer is a private immutable
+  ``bytes`` object, which nobody can overwrite (what impl hands its serde:
+  the copy it re-validated), and copies anything else (what vLLM hands: a
+  view of shared memory, which the writer reuses once the chunk is freed,
+  so keeping it would be the NRR bug).  The serde takes the zero-copy path
+  wherever it is safe; it measures what impl's private copy costs once the
+  serde no longer copies a second time.
 """
 
 from __future__ import annotations
@@ -161,7 +169,20 @@ class BufferSerde:
         return bytes(data[len(data) - nbytes:])
 
 
-SERDES = {"buffers": BufferSerde, "pickle": PickleSerde}
+class KeepingBufferSerde(BufferSerde):
+    """:class:`BufferSerde` that keeps a private ``bytes`` buffer (returns a
+    view into it, no copy) and copies a view of anything else, such as
+    shared memory (``--serde keep``)."""
+
+    def deserialize(self, data: memoryview) -> bytes | memoryview:
+        type_name, nbytes, _lengths = pickle.loads(data)
+        if type_name != "buffers" or not 0 <= nbytes <= len(data):
+            raise ValueError(f"not a BufferSerde object: {type_name!r}, {nbytes!r}")
+        tail = data[len(data) - nbytes:]
+        return tail if type(data.obj) is bytes else bytes(tail)
+
+
+SERDES = {"buffers": BufferSerde, "pickle": PickleSerde, "keep": KeepingBufferSerde}
 
 
 # ------------------------------------------------------------------- geometry
@@ -254,8 +275,9 @@ def _close_view(kind: str, view: Any) -> None:
 
 
 def _check(obj: Any, crc: int, size: int) -> str | None:
-    """None when ``obj`` is the object put (a bytes of ``size`` with CRC ``crc``), else why not."""
-    if not isinstance(obj, (bytes, bytearray)):
+    """None when ``obj`` is the object put (bytes, or with ``--serde keep`` a
+    view of bytes, of ``size`` with CRC ``crc``), else why not."""
+    if not isinstance(obj, (bytes, bytearray, memoryview)):
         return f"got {type(obj).__name__}, not bytes"
     if len(obj) != size:
         return f"got {len(obj)} bytes, put {size}"

@@ -213,3 +213,36 @@ def test_plot_labels_and_panels():
         assert len(fig.get_axes()) == 4 and all(ax.has_data() for ax in fig.get_axes())
     finally:
         plt.close(fig)
+
+
+def test_keeping_serde_keeps_only_a_private_bytes_buffer():
+    """``--serde keep``: zero-copy on a private ``bytes`` (what impl hands), a
+    copy of a view of anything writable such as shared memory (what vLLM
+    hands), so a later overwrite of the segment cannot reach the object."""
+    from multiprocessing import shared_memory
+
+    from bench.store import KeepingBufferSerde
+
+    serde = KeepingBufferSerde()
+    payload = b"\x07" * 1000
+    parts, nbytes, md, md_n = serde.serialize(payload)
+    private = md + bytes(parts[0])
+    kept = serde.deserialize(memoryview(private))
+    assert bytes(kept) == payload and isinstance(kept, memoryview) and kept.obj is private
+    shm = shared_memory.SharedMemory(create=True, size=len(private))
+    try:
+        shm.buf[: len(private)] = private
+        got = serde.deserialize(shm.buf[: len(private)])
+        assert type(got) is bytes and got == payload
+        shm.buf[len(md)] = 0  # the writer reuses the slot: the object must not change
+        assert got == payload
+    finally:
+        shm.close()
+        shm.unlink()
+
+
+def test_store_bench_keep_serde_verifies_views(tmp_path):
+    p, doc = _bench(tmp_path, "--sizes", "64KiB", "--stores", "impl,copy", "--serde", "keep")
+    assert p.returncode == 0, p.stdout + p.stderr
+    _check_rows(doc, ["impl", "copy"], [64 * 1024])
+    assert doc["store"]["serde"] == "keep"
