@@ -26,7 +26,7 @@ Every schedule runs on a fresh store in one :class:`~.procs.ProcessPool`
 through :class:`~.schedule.ScheduledSession`, which checks NRR, CLR, RC,
 FIFO, DISJ after every step and LEAK at the end; a violation's steps are the
 exact schedule (concurrency ``controlled``), so its repro replays it with
-:func:`~.schedule.replay_schedule`.  About 100 schedules of 10 to 40 steps on
+:func:`~.schedule.replay_schedule`.  On impl: 84 schedules, 2,773 steps, about
 impl: a few seconds.
 """
 
