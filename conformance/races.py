@@ -27,7 +27,7 @@ through :class:`~.schedule.ScheduledSession`, which checks NRR, CLR, RC,
 FIFO, DISJ after every step and LEAK at the end; a violation's steps are the
 exact schedule (concurrency ``controlled``), so its repro replays it with
 :func:`~.schedule.replay_schedule`.  On impl: 84 schedules, 2,773 steps, about
-impl: a few seconds.
+1 s on 2 cores.
 """
 
 from __future__ import annotations
