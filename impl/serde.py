@@ -9,6 +9,14 @@ Contract (vLLM 0.11 - 0.33 ``ObjectSerde``):
 * ``deserialize(view: memoryview) -> value`` receives a view of exactly
   ``md_nbytes + data_nbytes`` bytes, ``[metadata][data]`` (the store hands
   readers a private copy, never a view of shared memory).
+
+On impl the view is over an immutable ``bytes`` object (``view.obj``) that
+only this call holds, copied out of the chunk and re-validated (NRR) before
+``deserialize`` runs; a serde may therefore keep it (alias it in the value
+it returns) instead of copying it again, which vLLM's ``MsgpackSerde`` does
+with ``share_mem=True``.  vLLM's stores hand a view of shared memory, which
+the writer reuses once the chunk is freed: there a serde must copy.  (This
+is what ``bench.store --serde keep`` measures.)
 """
 
 from __future__ import annotations

@@ -251,6 +251,26 @@ def test_pickle_serde_roundtrip_and_vllm_layout(make_store):
     assert read(writer, reader, "v") == value
 
 
+def test_serde_gets_a_private_immutable_copy_it_may_keep(make_store):
+    """impl/serde.py's contract: the view a reader's serde gets is over a
+    ``bytes`` object of its own, so a serde that keeps it (no second copy)
+    still holds the right object after the writer reuses the chunk."""
+
+    class KeepingSerde(RawSerde):
+        def deserialize(self, data):
+            assert type(data.obj) is bytes  # not a view of the segment
+            return data  # kept, not copied
+
+    writer, reader = make_store(100, 40, serde=KeepingSerde)
+    assert writer.put("a", b"a" * 20) == (0, 0)
+    kept = read(writer, reader, "a")
+    assert bytes(kept) == b"a" * 20
+    writer.free_unused()
+    assert writer.put("b", b"b" * 20) == (0, 1)  # the same slot, overwritten
+    assert bytes(kept) == b"a" * 20
+    assert bytes(writer.get(0, 1)) == b"b" * 20  # the writer's own get: also a private copy
+
+
 # ---------------------------------------------------------- reader validation
 
 
