@@ -36,7 +36,6 @@ from __future__ import annotations
 import argparse
 import json
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -129,51 +128,29 @@ def free_rates(readers_list: list[int], seconds: float, target: str = "impl", se
 
 # ----------------------------------------------------------------------- tlc
 def _run_tlc_timed(cf: tlc.ConfigFile, invariants: list[str], jar: Path, timeout: float = 1800.0) -> dict[str, Any]:
-    """TLC on ``cf`` with ``invariants`` (the flags :func:`tlc.run_tlc` uses),
-    its output read as it comes so the search is timed apart from start-up."""
-    java = shutil.which("java")
-    if java is None:
-        raise tlc.TlcError("java is not on PATH (TLC needs Java 11 or newer)")
-    spec = cf.path.parent / "ShmStore.tla"
-    if not spec.is_file():
-        spec = cf.path.parent.parent / "ShmStore.tla"
-    with tempfile.TemporaryDirectory(prefix="bn_tlc_") as tmp:
-        text = re.sub(r"^INVARIANTS?\s+.*(?:\n[ \t]+\w.*)*", "INVARIANTS " + " ".join(invariants),
-                      cf.path.read_text(), flags=re.M)
-        run_cfg = Path(tmp) / cf.path.name
-        run_cfg.write_text(text)
-        cmd = [java, f"-Djava.io.tmpdir={tmp}", "-XX:+UseParallelGC", "-cp", str(jar), "tlc2.TLC",
-               "-config", str(run_cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states"),
-               spec.name]
-        t0 = time.monotonic()
-        t_search = None
-        lines = []
-        with subprocess.Popen(cmd, cwd=spec.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                              text=True, bufsize=1) as p:
-            assert p.stdout is not None
-            for line in p.stdout:
-                if t_search is None and line.startswith("Computing initial states"):
-                    t_search = time.monotonic()
-                lines.append(line)
-                if time.monotonic() - t0 > timeout:
-                    p.kill()
-                    raise tlc.TlcError(f"TLC on {cf.name} ran past {timeout:g} s")
-            code = p.wait()
-        t1 = time.monotonic()
-    res = tlc.parse_output(cf.name, code, "".join(lines), t1 - t0)
-    search = (t1 - t_search) if t_search is not None else None
+    """TLC on ``cf`` with ``invariants`` (:func:`tlc.run_tlc`, which times the
+    search apart from the JVM's start-up)."""
+    res = tlc.run_tlc(cf, spec=_spec_for(cf), jar=jar, timeout=timeout, invariants=invariants)
+    search = res.search_seconds
+    wall = res.seconds
     reported = re.search(r"Finished in (\d+)s", res.output)
     return {
         "config": cf.name, "invariants": invariants, "status": res.status,
         "distinct": res.distinct, "generated": res.generated, "depth": res.depth,
-        "wall_seconds": round(t1 - t0, 3),
+        "wall_seconds": round(wall, 3),
         "search_seconds": round(search, 3) if search is not None else None,
         "tlc_reported_seconds": int(reported.group(1)) if reported else None,
         "distinct_per_s": round(res.distinct / search, 1) if search else None,
         "generated_per_s": round(res.generated / search, 1) if search else None,
-        "distinct_per_wall_s": round(res.distinct / (t1 - t0), 1),
-        "generated_per_wall_s": round(res.generated / (t1 - t0), 1),
+        "distinct_per_wall_s": round(res.distinct / wall, 1),
+        "generated_per_wall_s": round(res.generated / wall, 1),
     }
+
+
+def _spec_for(cf: tlc.ConfigFile) -> Path:
+    """The ``ShmStore.tla`` beside the config (``tla/``), or one folder up (``tla/deep/``)."""
+    spec = cf.path.parent / "ShmStore.tla"
+    return spec if spec.is_file() else cf.path.parent.parent / "ShmStore.tla"
 
 
 def tlc_rates(pattern: str = "MC*.cfg", deep: bool = False, on_config: Any = None) -> list[dict[str, Any]]:

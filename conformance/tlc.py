@@ -19,6 +19,7 @@ import re
 import shutil
 import subprocess
 import tempfile
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -100,6 +101,9 @@ class TlcResult:
     seconds: float
     trace: list[TraceState] = field(default_factory=list)
     output: str = field(default="", repr=False)
+    search_seconds: float | None = None
+    """Seconds from TLC's "Computing initial states" line to its exit: the
+    search without the JVM's start and the parse (None if TLC never got there)."""
 
 
 @dataclass
@@ -204,11 +208,29 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
             cmd += ["-dump", str(dump)]
         cmd.append(spec.name)
         t0 = time.monotonic()
-        try:
-            p = subprocess.run(cmd, cwd=spec.parent, capture_output=True, text=True, timeout=timeout)
-        except subprocess.TimeoutExpired:
-            raise TlcError(f"TLC on {path.name} ran past {timeout:g} s") from None
-    return parse_output(path.name, p.returncode, p.stdout + p.stderr, time.monotonic() - t0)
+        t_search, lines, timed_out = None, [], threading.Event()
+        with subprocess.Popen(cmd, cwd=spec.parent, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
+                              bufsize=1) as p:
+            def stop() -> None:
+                timed_out.set()
+                p.kill()
+
+            timer = threading.Timer(timeout, stop)
+            timer.start()
+            try:
+                for line in p.stdout:  # read as it comes, so the search is timed apart from start-up
+                    if t_search is None and line.startswith("Computing initial states"):
+                        t_search = time.monotonic()
+                    lines.append(line)
+                code = p.wait()
+            finally:
+                timer.cancel()
+        t1 = time.monotonic()
+        if timed_out.is_set():
+            raise TlcError(f"TLC on {path.name} ran past {timeout:g} s")
+    res = parse_output(path.name, code, "".join(lines), t1 - t0)
+    res.search_seconds = (t1 - t_search) if t_search is not None else None
+    return res
 
 
 @dataclass

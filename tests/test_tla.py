@@ -8,10 +8,11 @@ from __future__ import annotations
 import json
 import re
 import shutil
+import time
 
 import pytest
 
-from shmspec.conformance import modelcheck
+from shmspec.conformance import modelcheck, tlc
 from shmspec.conformance.agreement import compare, model_config, replay_trace
 from shmspec.conformance.cli import main
 from shmspec.conformance.tlc import check_config, config_files, default_tla_dir, parse_output, read_config
@@ -166,3 +167,13 @@ def test_the_model_alone_finds_the_vllm_race_and_not_impls():
     assert {"NRR", "RC", "CLR"} <= set(vllm.violated) and hard.violated == {}
     s = vllm.violated["NRR"]
     assert s.got[0] not in (atomic.NO_OBJ, s.hd[0][3])
+
+
+@java
+def test_run_tlc_times_the_search_and_stops_at_its_timeout():
+    res = tlc.run_tlc(tlc.default_tla_dir() / "MC_impl_reread.cfg")
+    assert res.status == "ok" and 0 < res.search_seconds < res.seconds
+    t0 = time.monotonic()
+    with pytest.raises(tlc.TlcError, match="ran past 0.5 s"):
+        tlc.run_tlc(tlc.default_tla_dir() / "MC_impl.cfg", timeout=0.5)
+    assert time.monotonic() - t0 < 10  # killed, not waited for
