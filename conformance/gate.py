@@ -477,17 +477,18 @@ def _run_preemption(target: LoadedTarget, base: SessionConfig, res: CampaignResu
     from .races import sweep
 
     t0 = time.monotonic()
+    config = base
 
     def record(race, point, exc, steps) -> SessionConfig:
+        nonlocal config
         at = f" at {point}" if point else ""
         res.violations.append(Violation(exc.prop, f"preemption: {race.name}{at}: {exc.message}", "preemption", 0,
-                                        [s.to_json() for s in exc.steps], _config_json(cfg[0]), exc,
+                                        [s.to_json() for s in exc.steps], _config_json(config), exc,
                                         concurrency="controlled", detected_seconds=time.monotonic(),
                                         detected_steps=steps))
-        cfg[0] = replace(cfg[0], excused=cfg[0].excused | {exc.prop})
-        return cfg[0]
+        config = replace(config, excused=config.excused | {exc.prop})
+        return config
 
-    cfg = [base]
     try:
         with ProcessPool(target, base.readers) as pool:
             res.examples, res.steps = sweep(target, base, pool, record)

@@ -37,7 +37,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from .procs import ProcessPool
-from .schedule import ScheduledSession, payload, reused, run_whole
+from .schedule import ScheduledSession, churn, payload, run_whole
 from .session import PropertyViolation, SessionConfig
 
 READER_HISTORIES = ("first", "after-peer", "reread")
@@ -83,23 +83,16 @@ class _Driver:
         self.step(proc, "start", action, args)
         run_whole(self.s, proc)
 
-    def put(self, fill: int) -> bool:
-        """A put under a fresh key; True when it returned a handle (False also
-        when the writer is still in an operation that waits for the lock)."""
-        if not self.s.writer_idle():
-            return False
+    def put_args(self, fill: int) -> dict[str, str]:
+        """The next put's arguments: a fresh key and a unique payload."""
         self.puts += 1
-        before = len(self.s.refs)
-        self.whole("writer", "put", {"key": f"p{self.puts}", "data": payload(self.s.config, self.puts, fill).hex()})
-        return len(self.s.refs) > before
+        return {"key": f"p{self.puts}", "data": payload(self.s.config, self.puts, fill).hex()}
 
-    def churn(self, ref: str, max_puts: int = 4) -> None:
-        """Largest puts until ``ref``'s memory holds another chunk, a put does
-        not return, or ``max_puts`` were made."""
-        r = self.s.ref(ref)
-        for _ in range(max_puts):
-            if reused(self.s, r) or not self.put(100):
-                return
+    def put(self, fill: int) -> None:
+        """A whole put, unless the writer is still in an operation that waits
+        for the lock."""
+        if self.s.writer_idle():
+            self.whole("writer", "put", self.put_args(fill))
 
     def pause_at(self, proc: str, action: str, args: dict, point: int) -> str | None:
         """Start ``action`` and stop before its ``point``-th yield point; the
@@ -128,7 +121,7 @@ def _reader_race(d: _Driver, race: Race) -> str | None:
     if race.op == "clear-churn":
         d.whole("writer", "clear")  # may wait for the lock r1 holds: then no churn
     if race.op in ("churn", "clear-churn"):
-        d.churn("h1")
+        churn(d.s, d.s.ref("h1"), lambda: d.put(100))
     else:
         d.whole("writer", race.op)
     run_whole(d.s, r1)
@@ -140,10 +133,7 @@ def _writer_race(d: _Driver, race: Race) -> str | None:
     for r in d.s.config.readers:
         d.whole(r, "get", {"ref": "h1"})
     d.put(50)
-    args = {}
-    if race.op == "put":
-        d.puts += 1
-        args = {"key": f"p{d.puts}", "data": payload(d.s.config, d.puts, 100).hex()}
+    args = d.put_args(100) if race.op == "put" else {}
     at = d.pause_at("writer", race.op, args, race.point)
     if at is None:
         return None

@@ -24,6 +24,7 @@ symbolically) replay exactly (:func:`replay_schedule`).
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -328,6 +329,20 @@ def reused(session: ScheduledSession, r: Ref) -> bool:
         c.address % B <= r.address % B < c.address % B + c.size for c in snap.chunks)
 
 
+def churn(session: ScheduledSession, r: Ref, put: Callable[[], Any], max_puts: int = 4) -> None:
+    """``put()`` (one whole largest put under a fresh key) until ``r``'s chunk
+    is gone and another chunk covers its address (:func:`reused`), a put
+    returns no handle, or ``max_puts`` were made: the writer's side of a
+    reader lagging on ``r``."""
+    for _ in range(max_puts):
+        if reused(session, r):
+            return
+        before = len(session.refs)
+        put()
+        if len(session.refs) == before:
+            return
+
+
 def run_whole(session: ScheduledSession, proc: str) -> None:
     """Advance ``proc`` until its operation ends or it cannot move (blocked on
     the reader lock another paused process holds)."""
@@ -455,17 +470,12 @@ class _Scheduled(RuleBasedStateMachine):
             self._start("writer", op, {}, False)
         run_whole(s, reader)
 
-    def _churn(self, r: Ref, max_puts: int = 4) -> None:
-        """Largest puts under fresh keys until ``r``'s chunk is gone and another
-        chunk covers its address, a put fails, or ``max_puts`` were made."""
-        for _ in range(max_puts):
-            if reused(self.session, r):
-                return
-            before = len(self.session.refs)
+    def _churn(self, r: Ref) -> None:
+        def largest_put() -> None:
             self.churned += 1
             self.put(f"c{self.churned}", 100, False)
-            if len(self.session.refs) == before:
-                return
+
+        churn(self.session, r, largest_put)
 
     @precondition(lambda self: self.session is not None and self.session.runnable())
     @rule(data=st.data())
@@ -521,5 +531,5 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
     return None
 
 
-__all__ = ["CHECKS", "LaneStep", "Ref", "ScheduledSession", "payload", "replay_schedule", "reused", "run_whole",
+__all__ = ["CHECKS", "LaneStep", "Ref", "ScheduledSession", "churn", "payload", "replay_schedule", "reused", "run_whole",
            "scheduled_machine"]
