@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import io
 import json
 import os
 import re
@@ -428,16 +427,10 @@ def write_json(res: MatrixResult, report_dir: Path) -> Path:
 
 def write_html(res: MatrixResult, report_dir: Path, width: int = 150) -> Path:
     """Write ``matrix.html`` (the table, cells linking to ``<group>/report.html``)."""
-    from rich.console import Console
+    from .report import save_console_html  # not at import: --list needs none of the gate
 
-    rec = Console(record=True, width=width, file=io.StringIO())
-    rec.print(matrix_table(res, ""))
-    rec.print(LEGEND, markup=False, highlight=False)
-    for line in summary_lines(res):
-        rec.print(line, markup=False, highlight=False)
-    path = report_dir / "matrix.html"
-    rec.save_html(str(path))
-    return path
+    lines = [Text(line) for line in [LEGEND, *summary_lines(res)]]  # plain text: no markup, no highlighting
+    return save_console_html(report_dir / "matrix.html", [matrix_table(res, ""), *lines], width)
 
 
 def groups_table(res: Resolution) -> Table:

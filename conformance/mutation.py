@@ -38,7 +38,7 @@ import shmspec
 from .gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate
 from .loader import load_file
 from .mutants import Fault
-from .report import write_report
+from .report import save_console_html, write_report
 
 SCHEMA = "shmspec.mutants/1"
 
@@ -300,16 +300,7 @@ def write_json(res: MutantsResult, report_dir: Path) -> Path:
 
 def write_html(res: MutantsResult, report_dir: Path, width: int = 132) -> Path:
     """Write ``mutants.html`` (the summary table and line, rich's HTML export)."""
-    import io
-
-    from rich.console import Console
-
-    rec = Console(record=True, width=width, file=io.StringIO())
-    rec.print(summary_table(res))
-    rec.print(summary_line(res))
-    path = report_dir / "mutants.html"
-    rec.save_html(str(path))
-    return path
+    return save_console_html(report_dir / "mutants.html", [summary_table(res), summary_line(res)], width)
 
 
 def _fmt_s(x: float | None) -> str:

@@ -233,6 +233,19 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
     console.print(line)
 
 
+def save_console_html(path: Path, renderables: list[Any], width: int) -> Path:
+    """Print ``renderables`` on a recording console ``width`` columns wide and
+    save rich's HTML export of it at ``path`` (``mutants.html``,
+    ``matrix.html``); return ``path``."""
+    import io
+
+    rec = Console(record=True, width=width, file=io.StringIO())
+    for r in renderables:
+        rec.print(r)
+    rec.save_html(str(path))
+    return path
+
+
 def write_report(result: GateResult, report_dir: Path, started: str | None = None,
                  target_source: str | None = None) -> Path:
     """Write report.json, report.html and (when there are violations)
