@@ -124,7 +124,7 @@ from rich.table import Table
 
 from bench.common import (fmt_size, machine_info, now_iso, parse_ints, parse_sizes, positive_int, ratio, unwritable,
                           wide_console, write_json)
-from shmspec.conformance.adapter import open_writer
+from shmspec.conformance.adapter import data_offset, open_writer
 from shmspec.conformance.loader import LoadedTarget, TargetError, load_target
 from shmspec.conformance.procs import worker_setup
 from shmspec.impl import segment as impl_segment
@@ -245,13 +245,6 @@ def prefault(shm: Any, first: int = 0) -> None:
 
 
 # --------------------------------------------------------------- reader side
-def data_offset(ring: Any) -> int:
-    """Bytes before the ring's data region in its segment: ``DATA_OFFSET``
-    (the header vLLM >= 0.32 and impl keep there), 0 for older vLLM layouts
-    (as :meth:`shmspec.conformance.adapter.StoreAdapter.snapshot` reads them)."""
-    return getattr(ring, "DATA_OFFSET", 0)
-
-
 def _open_view(kind: str, target: LoadedTarget | None, lock: Any, serde: type, fields: dict) -> Any:
     if kind == "copy":
         shm = impl_segment.attach_segment(fields["segment"])

@@ -111,6 +111,12 @@ class Snapshot:
         )
 
 
+def data_offset(ring: Any) -> int:
+    """Bytes before a ring's data region in its segment: ``DATA_OFFSET`` (the
+    control block impl and vLLM >= 0.32 keep there), 0 for older vLLM layouts."""
+    return getattr(ring, "DATA_OFFSET", 0)
+
+
 def open_writer(target: LoadedTarget, data_buffer_size: int, max_object_size: int,
                 n_readers: int, lock: Any, serde_class: type = HarnessSerde) -> Any:
     """Build a target's writer view on a new segment (sizes in bytes).
@@ -218,7 +224,7 @@ class StoreAdapter:
         rb = w.ring_buffer
         buf = rb.shared_memory.buf
         B = rb.data_buffer_size
-        base = getattr(rb, "DATA_OFFSET", 0)
+        base = data_offset(rb)
         chunks = []
         for id_, address in live_chunks(w):
             p = base + address % B
@@ -307,7 +313,7 @@ def warp_counts(writer: Any, monotonic_id: int, address: int, writer_count: int,
     if not -(2**31) <= reader_count < 2**31:
         raise ValueError(f"reader_count {reader_count} does not fit int32")
     writer.writer_flag[monotonic_id] = writer_count
-    p = getattr(rb, "DATA_OFFSET", 0) + address % rb.data_buffer_size + 8
+    p = data_offset(rb) + address % rb.data_buffer_size + 8
     rb.shared_memory.buf[p : p + 4] = reader_count.to_bytes(4, "little", signed=True)
 
 
