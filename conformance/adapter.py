@@ -18,6 +18,7 @@ import multiprocess
 
 from shmspec.model.errors import StoreError
 from shmspec.model.ring import ID_MAX
+from shmspec.model.store import per_reader_complete, reads_complete
 
 from .loader import LoadedTarget
 from .serde import HarnessSerde
@@ -78,13 +79,32 @@ def observe(fn: Callable[[], Any]) -> Observation:
 
 @dataclass
 class SnapChunk:
-    """A live chunk as read from a target: ids, virtual address, bytes, counts."""
+    """A live chunk as read from a target: ids, virtual address, bytes, counts.
+
+    ``reads``: reads per reader slot, for stores that count them per reader
+    (impl: ``storage.reads(id)``); then ``reader_count`` is their sum.
+    ``None`` for vLLM's in-band aggregate count."""
 
     id: int
     address: int
     size: int
     reader_count: int
     writer_count: int
+    reads: tuple[int, ...] | None = None
+
+    def reads_done(self, n_readers: int) -> bool:
+        """RC's reclaim threshold on this chunk: per reader when ``reads`` is
+        known (every slot read it ``writer_count`` times), else vLLM's
+        ``reader_count >= writer_count * n_readers``."""
+        if self.reads is not None:
+            return per_reader_complete(self.reads, self.writer_count, n_readers)
+        return reads_complete(self.reader_count, self.writer_count, n_readers)
+
+    def counts_text(self, n_readers: int) -> str:
+        """The counts RC judged, for messages."""
+        if self.reads is not None:
+            return f"reads per reader {list(self.reads)} < writer_count {self.writer_count}"
+        return f"reader_count {self.reader_count} < writer_count {self.writer_count} x n_readers {n_readers}"
 
     @property
     def handle(self) -> tuple[int, int]:
@@ -118,16 +138,20 @@ def data_offset(ring: Any) -> int:
 
 
 def open_writer(target: LoadedTarget, data_buffer_size: int, max_object_size: int,
-                n_readers: int, lock: Any, serde_class: type = HarnessSerde) -> Any:
+                n_readers: int, lock: Any, serde_class: type = HarnessSerde,
+                writer_lock: bool | None = None) -> Any:
     """Build a target's writer view on a new segment (sizes in bytes).
 
-    The readers' ``lock`` is passed to the writer too when the storage class
-    says it uses it (``writer_uses_reader_lock``, impl/: it fences reclaims);
-    vLLM's writer is built without one, as vLLM builds it.
+    ``writer_lock`` (the construction): True passes the readers' ``lock`` to
+    the writer too; False builds it as vLLM builds its writer, without one;
+    None (default) asks the storage class (``writer_uses_reader_lock``, a
+    version-1 impl flag; False when absent).
     """
     ring = target.ring_cls(data_buffer_size, None, True)
     kwargs = {}
-    if getattr(target.storage_cls, "writer_uses_reader_lock", False):
+    if writer_lock is None:
+        writer_lock = bool(getattr(target.storage_cls, "writer_uses_reader_lock", False))
+    if writer_lock:
         kwargs["reader_lock"] = lock
     try:
         return target.storage_cls(max_object_size=max_object_size, n_readers=n_readers,
@@ -155,12 +179,14 @@ class StoreAdapter:
     lock: Any = None
     segment: str = ""
     serde_class: type = HarnessSerde
+    writer_lock: bool | None = False
+    """The construction (:func:`open_writer`): False, vLLM's writer without the lock."""
 
     def open(self) -> None:
         if self.lock is None:
             self.lock = multiprocess.Lock()
         self.writer = open_writer(self.target, self.data_buffer_size, self.max_object_size,
-                                  self.n_readers, self.lock, self.serde_class)
+                                  self.n_readers, self.lock, self.serde_class, self.writer_lock)
         self.segment = self.writer.ring_buffer.shared_memory.name
 
     # -- reader views -------------------------------------------------------
@@ -226,11 +252,17 @@ class StoreAdapter:
         B = rb.data_buffer_size
         base = data_offset(rb)
         chunks = []
+        per_reader = getattr(w, "reads", None)
         for id_, address in live_chunks(w):
             p = base + address % B
             size = int.from_bytes(buf[p + 4 : p + 8], "little", signed=True)
-            count = int.from_bytes(buf[p + 8 : p + 12], "little", signed=True)
-            chunks.append(SnapChunk(id_, address, size, count, w.writer_flag.get(id_, 0)))
+            if per_reader is not None:
+                reads = tuple(per_reader(id_))
+                count = sum(reads)
+            else:
+                reads = None
+                count = int.from_bytes(buf[p + 8 : p + 12], "little", signed=True)
+            chunks.append(SnapChunk(id_, address, size, count, w.writer_flag.get(id_, 0), reads))
         return Snapshot(
             rb.data_buffer_start, rb.data_buffer_end, rb.monotonic_id_start, rb.monotonic_id_end,
             chunks, dict(w.key_index), B,
@@ -246,6 +278,7 @@ class StoreAdapter:
                 pass
         self.readers.clear()
         w, self.writer = self.writer, None
+        names = segment_names(w) if w is not None else [self.segment]
         if w is not None:
             closer = getattr(w, "close", None) or getattr(w.ring_buffer, "close", None)
             if closer is not None:
@@ -254,9 +287,9 @@ class StoreAdapter:
                 except Exception:  # noqa: BLE001
                     pass
             del w
-        if segment_exists(self.segment):
+        if any(segment_exists(n) for n in names):
             gc.collect()  # stores without close() unlink in __del__ (vLLM < 0.15)
-        return not segment_exists(self.segment)
+        return not any(segment_exists(n) for n in names)
 
 
 _RING_COUNTERS = ("data_buffer_start", "data_buffer_end", "monotonic_id_start", "monotonic_id_end", "metadata")
@@ -298,11 +331,20 @@ def warp(writer: Any, start: int, monotonic_id: int) -> None:
     rb.monotonic_id_start = rb.monotonic_id_end = monotonic_id
 
 
+def split_reads(reader_count: int, n_readers: int) -> tuple[int, ...]:
+    """``reader_count`` reads spread over ``n_readers`` readers as evenly as
+    possible (the first ``reader_count % n_readers`` one more): how a warped
+    aggregate count is given to a store that counts per reader."""
+    q, r = divmod(reader_count, n_readers)
+    return tuple(q + (1 if i < r else 0) for i in range(n_readers))
+
+
 def warp_counts(writer: Any, monotonic_id: int, address: int, writer_count: int, reader_count: int) -> None:
     """Set a live chunk's counts (the warp hook for counter limits): the
-    writer's ``writer_flag[id]`` and the int32 ``reader_count`` at the front of
-    the chunk's payload (segment offset ``DATA_OFFSET + address % B + 8``).
-    Same for impl/ and vLLM, whose layouts agree there.
+    writer's ``writer_flag[id]`` and the reads: for a store that counts per
+    reader (its ``warp_reads(id, reads)``, impl), ``reader_count`` spread by
+    :func:`split_reads`; else vLLM's int32 ``reader_count`` at the front of the
+    chunk's payload (segment offset ``DATA_OFFSET + address % B + 8``).
 
     Raises:
         ValueError: ``reader_count`` outside int32, or ``monotonic_id`` not live.
@@ -313,6 +355,9 @@ def warp_counts(writer: Any, monotonic_id: int, address: int, writer_count: int,
     if not -(2**31) <= reader_count < 2**31:
         raise ValueError(f"reader_count {reader_count} does not fit int32")
     writer.writer_flag[monotonic_id] = writer_count
+    if callable(getattr(writer, "warp_reads", None)):
+        writer.warp_reads(monotonic_id, split_reads(reader_count, writer.n_readers))
+        return
     p = data_offset(rb) + address % rb.data_buffer_size + 8
     rb.shared_memory.buf[p : p + 4] = reader_count.to_bytes(4, "little", signed=True)
 
@@ -331,6 +376,17 @@ def reader_handle(writer: Any, lock: Any) -> Any:
     """The writer's handle with ``reader_lock`` set to ``lock`` (the harness's
     process-shared lock, or None to build a lockless reader)."""
     return dataclasses.replace(writer.handle(), reader_lock=lock)
+
+
+def segment_names(writer: Any) -> list[str]:
+    """Every shared-memory segment a writer made: its ring's, and impl's
+    reader table (``<name>_r``) when it has one."""
+    rb = writer.ring_buffer
+    names = [rb.shared_memory.name]
+    table = getattr(rb, "reader_table", None)
+    if table is not None:
+        names.append(table.shm.name)
+    return names
 
 
 def segment_exists(name: str) -> bool:

@@ -64,6 +64,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "draws (controlled), freely under load with a linearizability check (free), or not at all "
                         "(off); default: the profile's (controlled)")
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
+    c.add_argument("--writer-lock", action="store_true",
+                   help="build the writer with the readers' lock too (default: without, as vLLM builds it)")
     c.add_argument("--report-dir", type=Path, default=None,
                    help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
@@ -216,6 +218,7 @@ def _interruptible(run: Callable[[], int]) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .gate import run_gate
+    from .session import SessionConfig
     from .loader import TargetError, load_target
     from .report import default_report_dir, render_console, write_report
 
@@ -241,7 +244,8 @@ def _check(args: argparse.Namespace) -> int:
         def on_progress(name: str, done: int, total: int) -> None:
             progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
-        result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency)
+        result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency,
+                          config=SessionConfig(writer_lock=args.writer_lock))
     source = str(target.source) if target.source else None
     try:
         write_report(result, report_dir, started, source)

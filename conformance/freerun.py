@@ -84,11 +84,12 @@ class FreeLoad:
 
 
 def free_config(n_readers: int = 2, data_buffer_size: int = 64 * 1024,
-                max_object_size: int = 4 * 1024) -> SessionConfig:
-    """Geometry for a free run (bytes): a larger ring than the lockstep default."""
+                max_object_size: int = 4 * 1024, writer_lock: bool = False) -> SessionConfig:
+    """Geometry for a free run (bytes): a larger ring than the lockstep
+    default; ``writer_lock``: the construction (False: vLLM's writer, no lock)."""
     return SessionConfig(data_buffer_size=data_buffer_size, max_object_size=max_object_size,
                          n_readers=n_readers, readers=tuple(f"r{i + 1}" for i in range(n_readers)),
-                         compare_state=False)
+                         compare_state=False, writer_lock=writer_lock)
 
 
 # ------------------------------------------------------------------- payloads
@@ -185,7 +186,8 @@ def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_reade
     worker_setup(parent_pid)
     a = StoreAdapter(target, config.data_buffer_size, config.max_object_size, n_readers, lock=lock)
     try:
-        a.writer = open_writer(target, config.data_buffer_size, config.max_object_size, n_readers, lock)
+        a.writer = open_writer(target, config.data_buffer_size, config.max_object_size, n_readers, lock,
+                               writer_lock=config.writer_lock)
         a.segment = a.writer.ring_buffer.shared_memory.name
         h = a.writer.handle()
         fields = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)

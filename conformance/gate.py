@@ -163,6 +163,9 @@ class GateResult:
     seconds: float
     concurrency: str = "off"
     """The concurrency mode run after the lockstep campaigns."""
+    writer_lock: bool = False
+    """The construction every campaign ran: False, the writer built as vLLM
+    builds it (no reader lock); True, given the readers' lock too."""
 
     @property
     def violations(self) -> list[Violation]:
@@ -261,7 +264,8 @@ def run_gate(
             _engine.MAX_SHRINKING_SECONDS = saved_budget
     if on_progress:
         on_progress("done", len(campaigns), len(campaigns))
-    return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency)
+    return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
+                      config.writer_lock)
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,
@@ -358,7 +362,7 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
     whose steps are that handle's sub-history."""
     t0 = time.monotonic()
     n = len(base.readers)
-    config = free_config(n_readers=n)
+    config = free_config(n_readers=n, writer_lock=base.writer_lock)
     try:
         fr = run_free(target, config, gp.free_seconds, n, seed)
     except ScheduleError as exc:
@@ -574,6 +578,7 @@ def _config_json(c: SessionConfig) -> dict[str, Any]:
         "readers": list(c.readers),
         "compare_state": c.compare_state,
         "excused": sorted(c.excused),
+        "writer_lock": c.writer_lock,
     }
 
 
@@ -585,6 +590,7 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
         readers=tuple(d["readers"]),
         compare_state=d["compare_state"],
         excused=frozenset(d["excused"]),
+        writer_lock=bool(d.get("writer_lock", False)),  # reports before 2026-12-01: vLLM's construction
     )
 
 

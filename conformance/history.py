@@ -11,7 +11,10 @@ handle the writer issued is an independent object with the states
 * a reader ``get`` of a live handle returns exactly the object put under it;
 * a ``get`` of an unborn or dead handle raises ``StaleHandle``; where the
   profile is ``lenient_stale`` a dead handle may instead return its own
-  original object (never another one).
+  original object (never another one);
+* where the profile drains (``Profile.drain``, CLR as vLLM's drain
+  contract), a handle dropped by ``clear()`` is *draining*: a get returns its
+  own object or raises ``StaleHandle``, and after one StaleHandle it is dead.
 
 Each partition is searched in the Wing & Gong / WGL way (Lowe, "Testing for
 linearizability", 2017): try every *minimal* pending operation (one that no
@@ -36,9 +39,9 @@ Properties (ids of SEMANTICS.md) and how each is decided:
   successfully before it was freed: that read was counted, so the protocol was
   broken for it (counted in :attr:`HistoryResult.rc_unjudged`);
 * ``CLR``: a ``get`` invoked after a ``clear`` returned resolved (returned a
-  value for) a handle issued before that clear.  Reported whatever the
-  profile, like the lockstep session does (``lenient_stale`` excuses the
-  value for NRR, not the resolution for CLR).
+  value for) a handle issued before that clear; under the drain contract
+  (``Profile.drain``) only a resolution to another object breaks it.
+  ``lenient_stale`` excuses the value for NRR, not the resolution for CLR.
 
 Pure Python; no process code.
 """
@@ -56,8 +59,8 @@ READ_MODES = ("once", "reread")
 LIN_PROPERTIES = ("NRR", "RC", "CLR", "CONFORMANCE")
 """The properties a history check gives a verdict for."""
 
-UNBORN, LIVE, DEAD = 0, 1, 2
-_STATE_NAMES = ("unborn", "live", "dead")
+UNBORN, LIVE, DEAD, DRAIN = 0, 1, 2, 3
+_STATE_NAMES = ("unborn", "live", "dead", "draining")
 
 
 @dataclass(slots=True)
@@ -192,23 +195,33 @@ def partition(history: Sequence[Op]) -> dict[str, Partition]:
 
 
 # ------------------------------------------------------------------ the search
-def _apply(op: Op, state: int, part: Partition, lenient: bool) -> int | None:
+def _apply(op: Op, state: int, part: Partition, lenient: bool, drain: bool = False) -> int | None:
     """The model's step for one op on one handle: the new state, or None when
-    the op's recorded outcome is impossible in ``state``."""
+    the op's recorded outcome is impossible in ``state``.
+
+    ``drain`` (``Profile.drain``, CLR as vLLM's drain contract): a handle
+    dropped by ``clear()`` is *draining*: a get may still return its own object
+    until its bytes are reused, a moment the history does not record, so a
+    get there returns the original (still draining) or raises StaleHandle
+    (the drain ended: dead from then on)."""
     if op.action == "get":
         if op.ok:
             if op.result == part.original and part.put is not None:
-                if state == LIVE or (state == DEAD and lenient):
+                if state in (LIVE, DRAIN) or (state == DEAD and lenient):
                     return state
             return None
-        return state if op.error == "StaleHandle" and state in (UNBORN, DEAD) else None
+        if op.error != "StaleHandle":
+            return None
+        return DEAD if state == DRAIN else state if state in (UNBORN, DEAD) else None
     if op is part.put:
         return LIVE if state == UNBORN else None
-    return DEAD if state == LIVE else None  # a writer op that freed the handle
+    if state != LIVE:
+        return None
+    return DRAIN if drain and op.action == "clear" else DEAD  # a writer op that freed the handle
 
 
 def linearizable(ops: Sequence[Op], part: Partition, lenient: bool, max_nodes: int,
-                 deadline: float | None = None) -> tuple[bool | None, int]:
+                 deadline: float | None = None, drain: bool = False) -> tuple[bool | None, int]:
     """WGL search over one partition's ``ops``.
 
     Returns ``(True | False | None, nodes explored)``; None when ``max_nodes``
@@ -235,7 +248,7 @@ def linearizable(ops: Sequence[Op], part: Partition, lenient: bool, max_nodes: i
         horizon = min(ret[i] for i in pending)
         for i in pending:
             if inv[i] <= horizon:  # minimal: no pending op returned before it was invoked
-                nxt = _apply(ops[i], state, part, lenient)
+                nxt = _apply(ops[i], state, part, lenient, drain)
                 if nxt is not None:
                     stack.append((mask | 1 << i, nxt))
     return False, nodes
@@ -263,13 +276,15 @@ def _value_findings(part: Partition) -> tuple[list[Finding], set[int]]:
     return out, blamed
 
 
-def _order_findings(part: Partition, gets: list[Op], lenient: bool, max_nodes: int) -> list[Finding]:
+def _order_findings(part: Partition, gets: list[Op], lenient: bool, max_nodes: int,
+                    drain: bool = False) -> list[Finding]:
     """Blame for a partition with no linearization: each get that cannot be
     placed even alone, else the partition as a whole."""
     writer_ops = [o for o in part.ops() if o.action != "get"]
     out = []
     for g in gets:
-        alone, _ = linearizable(sorted(writer_ops + [g], key=lambda o: o.invoke_ns), part, lenient, max_nodes)
+        alone, _ = linearizable(sorted(writer_ops + [g], key=lambda o: o.invoke_ns), part, lenient, max_nodes,
+                                drain=drain)
         if alone is False:
             if g.ok:
                 why = ("returned the object put under it, but the handle was freed before the get "
@@ -283,12 +298,15 @@ def _order_findings(part: Partition, gets: list[Op], lenient: bool, max_nodes: i
     return out
 
 
-def _clr_findings(part: Partition, clears: list[Op]) -> list[Finding]:
+def _clr_findings(part: Partition, clears: list[Op], drain: bool = False) -> list[Finding]:
+    """CLR: a get invoked after a clear() returned resolved a handle issued
+    before it; under the drain contract (``drain``) only a resolution to
+    another object than the handle's own breaks it."""
     if part.put is None:
         return []
     out = []
     for g in part.gets:
-        if not g.ok:
+        if not g.ok or (drain and g.result == part.original):
             continue
         for c in clears:
             if c.invoke_ns >= part.put.return_ns and c.return_ns < g.invoke_ns:
@@ -334,6 +352,7 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
     t0 = time.monotonic()
     deadline = None if max_seconds is None else t0 + max_seconds
     lenient = profile.lenient_stale
+    drain = profile.drain
     clears = [o for o in history if o.action == "clear" and o.ok]
     findings: list[Finding] = []
     for o in history:
@@ -346,7 +365,7 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
     for ref, part in parts.items():
         local, blamed = _value_findings(part)
         findings += local
-        findings += _clr_findings(part, clears)
+        findings += _clr_findings(part, clears, drain)
         rc, judged = _rc_findings(part, clears)
         findings += rc
         rc_unjudged += not judged
@@ -356,12 +375,12 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
         if deadline is not None and time.monotonic() > deadline:
             unknown.append(ref)
             continue
-        verdict, k = linearizable(ops, part, lenient, max_nodes, deadline)
+        verdict, k = linearizable(ops, part, lenient, max_nodes, deadline, drain)
         nodes += k
         if verdict is None:
             unknown.append(ref)
         elif verdict is False:
-            findings += _order_findings(part, gets, lenient, max_nodes)
+            findings += _order_findings(part, gets, lenient, max_nodes, drain)
     failed = {f.property for f in findings}
     props = {p: "fail" if p in failed else "pass" for p in LIN_PROPERTIES}
     if unknown and props["CONFORMANCE"] == "pass":

@@ -19,8 +19,8 @@ Yield points come from four places, so no target's code is edited:
   seen even when the store raises afterwards (property NRR).
 
 Every wait is bounded (:data:`STEP_TIMEOUT` seconds; a step forced into a
-lock held by another process waits ``STEP_TIMEOUT`` plus impl's
-``LOCK_TIMEOUT``) and fails with a :class:`ScheduleError` naming the process
+lock held by another process waits ``STEP_TIMEOUT`` plus
+:data:`FORCED_WAIT`) and fails with a :class:`ScheduleError` naming the process
 and its last yield point.  :meth:`ProcessPool.shutdown` stops every process
 and unlinks any segment a killed writer left behind.
 
@@ -48,15 +48,18 @@ from typing import Any
 
 import multiprocess
 
-from shmspec.impl import storage as impl_storage
 from shmspec.impl import yieldpoints
 
-from .adapter import SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists, warp, warp_counts
+from .adapter import (SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists, segment_names, warp,
+                      warp_counts)
 from .loader import LoadedTarget
 from .serde import Blob, Garbage, HarnessSerde
 
 STEP_TIMEOUT = 5.0
 """Seconds the controller waits for a process to reach its next yield point."""
+
+FORCED_WAIT = 10.0
+"""Extra seconds the controller waits for a step forced into a held lock."""
 
 LOCK_POINTS = ("lock_acquire", "lock_release")
 """Yield points of :class:`TracedLock` (every target)."""
@@ -202,18 +205,19 @@ class _Worker:
             except Exception as exc:  # noqa: BLE001 - reported to the controller
                 self.send(("error", f"{self.name}: {cmd}: {type(exc).__name__}: {exc}"))
 
-    def _open(self, data_buffer_size: int, max_object_size: int, n_readers: int):
+    def _open(self, data_buffer_size: int, max_object_size: int, n_readers: int,
+              writer_lock: bool | None = None):
         self._close()
         a = StoreAdapter(self.target, data_buffer_size, max_object_size, n_readers,
                          lock=self.lock, serde_class=ScheduledSerde)
         a.writer = open_writer(self.target, data_buffer_size, max_object_size, n_readers,
-                               self.lock, ScheduledSerde)
+                               self.lock, ScheduledSerde, writer_lock)
         a.segment = a.writer.ring_buffer.shared_memory.name
         self.adapter = a
         h = a.writer.handle()
         fields = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)
                   if f.name not in ("serde_class", "reader_lock")}
-        return fields, a.segment
+        return fields, segment_names(a.writer)
 
     def _attach(self, fields: dict, data_buffer_size: int, max_object_size: int, n_readers: int) -> None:
         self._close()
@@ -330,6 +334,8 @@ class ProcState:
     point: str | None = None
     """The yield point it is paused at (None: idle or finished)."""
     dead: bool = False
+    blocked_at: int = -1
+    """At ``pin_wait``: the pool's step count when it paused there."""
 
     @property
     def idle(self) -> bool:
@@ -370,6 +376,8 @@ class ProcessPool:
         self.lock = self.ctx.Lock()
         self.procs: dict[str, ProcState] = {}
         self.lock_holder: str | None = None
+        self.steps_taken = 0
+        """Scheduled steps answered so far (see :meth:`runnable`)."""
         self.segments: set[str] = set()
         self.geometry: tuple[int, int, int] | None = None
         self.handle_fields: dict | None = None
@@ -422,14 +430,16 @@ class ProcessPool:
             raise ScheduleError(f"{_label(name)} is gone (exit code {self.procs[name].process.exitcode})") from None
 
     # -- store lifecycle --------------------------------------------------------
-    def open_store(self, data_buffer_size: int, max_object_size: int, n_readers: int) -> None:
-        """A fresh store in the writer process; every reader attaches to it."""
+    def open_store(self, data_buffer_size: int, max_object_size: int, n_readers: int,
+                   writer_lock: bool | None = None) -> None:
+        """A fresh store in the writer process; every reader attaches to it.
+        ``writer_lock``: the construction (see :func:`~.adapter.open_writer`)."""
         if any(not ps.idle for ps in self.procs.values()):
             raise ScheduleError("open_store while operations are in flight")
         self.geometry = (data_buffer_size, max_object_size, n_readers)
-        self._send("writer", ("open", data_buffer_size, max_object_size, n_readers))
-        _, fields, segment = self._recv("writer", "the store's creation")
-        self.segments.add(segment)
+        self._send("writer", ("open", data_buffer_size, max_object_size, n_readers, writer_lock))
+        _, fields, segments = self._recv("writer", "the store's creation")
+        self.segments.update(segments)
         self.handle_fields = fields
         for r in self.reader_names:
             self._send(r, ("attach", fields, data_buffer_size, max_object_size, n_readers))
@@ -466,9 +476,8 @@ class ProcessPool:
         reader lock would block: that raises :class:`ScheduleError` unless
         ``force``.  With ``force`` it runs into the held lock (e.g. one held by
         a killed process), and the controller waits ``step_timeout`` plus
-        impl's ``LOCK_TIMEOUT`` (the value in this process, which workers
-        inherit when it is set before the pool forks) for its next step; the
-        lock is still recorded as the other holder's.
+        :data:`FORCED_WAIT` for its next step; the lock is still recorded as
+        the other holder's.
         """
         ps = self.procs[name]
         if ps.point is None:
@@ -480,7 +489,7 @@ class ProcessPool:
         self._send(name, ("go",))
         timeout = None
         if blocked:
-            timeout = self.step_timeout + float(impl_storage.LOCK_TIMEOUT)
+            timeout = self.step_timeout + FORCED_WAIT
         elif was == "lock_acquire":
             self.lock_holder = name
         elif was == "lock_release" and self.lock_holder == name:
@@ -493,8 +502,10 @@ class ProcessPool:
         what = f"its next yield point in {ps.action}"
         msg = self._recv(name, what, timeout)
         out = StepOutcome(name, ps.action, ps.args, None, seconds=time.perf_counter() - t0)
+        self.steps_taken += 1
         if msg[0] == "yield":
             ps.point = out.point = msg[1]
+            ps.blocked_at = self.steps_taken if msg[1] == "pin_wait" else -1
             out.deserialized = msg[2]
             out.snapshot = _snapshot_from(msg[3])
         elif msg[0] == "done":
@@ -506,10 +517,14 @@ class ProcessPool:
         return out
 
     def runnable(self) -> list[str]:
-        """Paused processes that can take a step without blocking on the lock."""
+        """Paused processes that can take a step without blocking: not at
+        ``lock_acquire`` of a lock another process holds, and not at
+        ``pin_wait`` (impl's writer waiting for a reader's hazard pin) unless
+        another process took a step since it paused there."""
         return [n for n, ps in self.procs.items()
                 if ps.point is not None and not ps.dead
-                and not (ps.point == "lock_acquire" and self.lock_holder not in (None, n))]
+                and not (ps.point == "lock_acquire" and self.lock_holder not in (None, n))
+                and not (ps.point == "pin_wait" and ps.blocked_at == self.steps_taken)]
 
     def idle(self) -> list[str]:
         return [n for n, ps in self.procs.items() if ps.idle]
@@ -612,7 +627,8 @@ def _snapshot_from(d: dict | None) -> Snapshot | None:
     if not d or "error" in d:
         return None
     d = dict(d)
-    d["chunks"] = [SnapChunk(**c) for c in d["chunks"]]
+    d["chunks"] = [SnapChunk(**{**c, "reads": None if c.get("reads") is None else tuple(c["reads"])})
+                   for c in d["chunks"]]
     return Snapshot(**d)
 
 

@@ -321,6 +321,44 @@ def _ob_clear_ids(k: int, profile: Profile = IMPL) -> Problem:
                    extra={"id_start": id_start, "handle_id": (id_start + i) % ID_MAX, "new_id": (after + j) % ID_MAX})
 
 
+def _drain_hyps(r: RingVars, hw: Any) -> list[Any]:
+    """Ring bounds, and the drain invariant ``J``: since the latest clear the
+    allocated bytes are exactly ``[0, hw)`` and the ring's end lies in it
+    (``end % B <= hw <= B``).  A clear sets ``start = end = hw = 0``: ``J``."""
+    return [1 <= r.B, r.B <= INT32_MAX, 0 <= r.start, r.start < r.B, r.start <= r.end, r.end <= r.start + r.B,
+            0 <= hw, hw <= r.B, r.end % r.B <= hw]
+
+
+def _ob_drain_alloc(k: int, profile: Profile = IMPL) -> Problem:
+    """An allocation after a clear starts inside the covered prefix (``p <=
+    hw``), so the allocated bytes stay a prefix ``[0, hw')`` with ``hw' =
+    max(hw, p + n)``, and ``J`` holds after it.  Hence "no allocation since the
+    clear reached a pre-clear chunk at ``[b, e)``" is ``b >= hw``: what impl's
+    reader checks (``address % B >= drain_hw``) and what the model states
+    (no post-clear chunk overlaps it)."""
+    r = RingVars.fresh(0)
+    hw, size = z3.Ints("drain_hw size")
+    after, ok, address, n = allocate_step(r, size)
+    p = address % r.B
+    new_hw = z3.If(hw >= p + n, hw, p + n)
+    claim = z3.And(p <= hw, p + n <= r.B, after.end % r.B <= new_hw, new_hw <= r.B)
+    return Problem(_drain_hyps(r, hw) + [ok], claim, "put", {"size": size}, before=r, after=after,
+                   extra={"drain_hw": hw, "phys_begin": p})
+
+
+def _ob_drain_free(k: int, profile: Profile = IMPL) -> Problem:
+    """Reclaim (a free step, which may empty the ring to ``start = end = 0``,
+    then the ``start >= B`` renormalisation) keeps ``J``: it moves no byte into
+    use and ``end`` keeps its physical offset or becomes 0."""
+    r = RingVars.fresh(0)
+    hw, nxt, has = z3.Int("drain_hw"), z3.Int("next_address"), z3.Bool("has_next")
+    start, end = R.free_step(r.start, r.end, has, nxt, r.B, Z3_OPS)
+    start, end = R.renormalise(start, end, r.B, Z3_OPS)
+    claim = z3.And(end % r.B <= hw)
+    return Problem(_drain_hyps(r, hw) + [r.start <= nxt, nxt <= r.end], claim, "free_unused", {}, before=r,
+                   extra={"drain_hw": hw, "end_after": end})
+
+
 OBLIGATIONS: tuple[Obligation, ...] = (
     Obligation("initial-inv", "DISJ", "a fresh, cleared or warped empty ring (start = end < B) satisfies the ring invariant",
                _ob_initial),
@@ -350,6 +388,10 @@ OBLIGATIONS: tuple[Obligation, ...] = (
                    f"profile {p.name}: clear() resets ids to 0 (vLLM < 0.32), so the first put after a clear "
                    "gets id 0 at address 0, the slot and id of the first handle ever issued, and that "
                    "pre-clear handle resolves to the new object (CLR; the gate's stale campaign finds it)")),
+    Obligation("drain-prefix", "CLR", "after clear(), every allocation starts inside the bytes allocated since "
+               "(p <= drain_hw): they stay a prefix [0, drain_hw), so a pre-clear chunk at [b, e) is intact iff "
+               "b >= drain_hw (impl's drain check is exact)", _ob_drain_alloc),
+    Obligation("drain-free", "CLR", "reclaim keeps the drain invariant (end % B <= drain_hw)", _ob_drain_free),
     Obligation("threshold", "RC", "a counted read of a busy chunk keeps reader_count in int32 while writer_count * "
                "n_readers <= 2**31 - 1 (read-once clients)", _ob_threshold),
     Obligation("threshold-bound", "RC", "bound: writer_count = (2**31 - 1) // n_readers + 1 promises make a chunk "

@@ -41,6 +41,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "model_profile": result.model_profile,
         "profile": result.profile,
         "concurrency": result.concurrency,
+        "construction": {"writer_lock": result.writer_lock},
         "seed": result.seed,
         "verdict": result.verdict,
         "started": started,

@@ -18,7 +18,8 @@ def warp_model(state: M.State, start: int, id_: int) -> M.State:
     """An empty model ring moved to ``start == end == start`` (bytes, ``0 <= start
     < B``) with ``id_start == id_end == id_`` (modulo 2**31).  ``abs_end`` (the
     allocation count, used for impl's generation binding) advances to the next
-    ``k >= abs_end`` with ``k % 2**31 == id_``, as impl's warp does.
+    ``k >= abs_end`` with ``k % 2**31 == id_``, as impl's warp does, and
+    the drain window of an earlier clear closes (impl's warp closes it).
 
     Raises:
         ValueError: the ring holds chunks, or an argument is out of range.
@@ -30,7 +31,7 @@ def warp_model(state: M.State, start: int, id_: int) -> M.State:
         raise ValueError(f"warp out of range: start {start}, id {id_}")
     abs_end = state.abs_end + (id_ - state.abs_end) % ID_MAX
     ring = replace(r, start=start, end=start, id_start=id_, id_end=id_)
-    return replace(state, ring=ring, abs_end=abs_end)
+    return replace(state, ring=ring, abs_end=abs_end, drain=())
 
 
 def warp_model_counts(state: M.State, abs_id: int, writer_count: int, reader_count: int) -> M.State:
@@ -43,6 +44,15 @@ def warp_model_counts(state: M.State, abs_id: int, writer_count: int, reader_cou
     chunks = state.ring.chunks
     if not any(c.abs_id == abs_id for c in chunks):
         raise ValueError(f"allocation {abs_id} is not live")
-    chunks = tuple(replace(c, writer_count=writer_count, reader_count=reader_count) if c.abs_id == abs_id else c
-                   for c in chunks)
+    if state.profile.per_reader:  # the same split as the target's (adapter.split_reads)
+        from .adapter import split_reads
+
+        slots = M.reader_slots(state)
+        counts = split_reads(reader_count, state.n_readers)
+        chunks = tuple(replace(c, writer_count=writer_count, reader_count=reader_count,
+                               reads=tuple(sorted(zip(slots, counts))))
+                       if c.abs_id == abs_id else c for c in chunks)
+    else:
+        chunks = tuple(replace(c, writer_count=writer_count, reader_count=reader_count) if c.abs_id == abs_id else c
+                       for c in chunks)
     return replace(state, ring=replace(state.ring, chunks=chunks))

@@ -1,37 +1,59 @@
-"""Single-writer ring buffer over one shared-memory segment.
+"""Single-writer ring buffer over one shared-memory segment (segment version 2).
 
 Drop-in for vLLM 0.32/0.33's ``SingleWriterShmRingBuffer``: same constructor,
 attributes and methods, and the same allocation policy, so the same sequence
 of allocation sizes yields the same ``(address, monotonic_id)`` handles.
-What differs is the segment layout (see :mod:`shmspec.impl.layout`): a
-writer-only control block publishes the absolute counters ``abs_start`` /
-``abs_end`` that readers use to decide liveness without trusting chunk bytes.
+What differs is the segment (:mod:`shmspec.impl.layout`): a writer-only
+control block publishes the absolute counters ``abs_start`` / ``abs_end``
+and the drain window of the latest ``clear()``, which readers use to decide
+liveness without trusting chunk bytes; and before the writer reuses memory it
+honours the readers' hazard pins (:meth:`SingleWriterShmRingBuffer.prepare_reuse`,
+docs/impl-protocol.md).
 """
 
 from __future__ import annotations
 
 import secrets
+import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
+from typing import Any
 
-from shmspec.model.errors import NotWriter, OutOfSpace
+from shmspec.model.errors import GeometryMismatch, NotWriter, OutOfSpace, ReaderStalled
 
 from . import layout, segment, yieldpoints
 from .layout import bytes_to_int32, candidate_abs, int32_to_bytes
+from .readers import ReaderTable, fence
 
 _OOM_MESSAGE = (
     "Not enough space in the data buffer, try calling free_buf() to free up space"
 )
 
+PIN_TIMEOUT = 10.0
+"""Seconds the writer waits for a live reader to finish reading a chunk whose
+memory it must reuse before it raises :class:`ReaderStalled` (the put changes
+nothing).  A reader that died releases its slot, and the writer stops waiting
+for it at once.  Module-level so tests and operators can change it; read at
+every wait."""
+
+DRAIN_SPINS = 10_000
+"""Attempts a reader makes to read the drain window consistently (the writer
+updates it in a few stores) before it treats a handle as not drainable."""
+
 
 class SingleWriterShmRingBuffer:
     """Ring of variable-size chunks in shared memory; one writer, many readers.
 
-    ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False)``:
-    ``create=True`` makes this process the writer (a new segment of
-    ``96 + data_buffer_size`` bytes; ``name=None`` picks a random name);
-    ``create=False`` attaches a reader view to the existing segment ``name``.
+    ``SingleWriterShmRingBuffer(data_buffer_size, name=None, create=False,
+    max_chunks=None)``: ``create=True`` makes this process the writer (a new
+    segment of ``160 + data_buffer_size`` bytes, all reserved; ``name=None``
+    picks a random name); ``create=False`` attaches a reader view to the
+    existing segment ``name`` and checks that ``data_buffer_size`` is the
+    writer's (:class:`GeometryMismatch` otherwise).  ``max_chunks`` (impl
+    only): at most that many chunks are live at once (default
+    :func:`~shmspec.impl.layout.default_max_chunks`); readers take the
+    writer's value.
 
     Addresses are *virtual* byte offsets into the data region (they may exceed
     ``data_buffer_size``; the physical offset is ``address % data_buffer_size``).
@@ -39,15 +61,15 @@ class SingleWriterShmRingBuffer:
 
     Allocation (mirrors vLLM 0.11 - 0.33 exactly): a request of ``size`` bytes
     takes a chunk of ``n = size + MD_SIZE`` bytes.  If ``end % B + n > B`` the
-    end jumps to the next multiple of ``B``; then if ``end + n - start > B``
-    :class:`~shmspec.model.errors.OutOfSpace` (a ``MemoryError``) is raised and
-    nothing changes.  Freeing is FIFO (see :meth:`free_buf`); ``clear()`` keeps
-    the ids increasing (vLLM >= 0.32 behaviour).
+    end jumps to the next multiple of ``B``; then if ``end + n - start > B``,
+    or ``max_chunks`` chunks are live, :class:`~shmspec.model.errors.OutOfSpace`
+    (a ``MemoryError``) is raised and nothing changes.  Freeing is FIFO (see
+    :meth:`free_buf`); ``clear()`` keeps the ids increasing (vLLM >= 0.32).
 
-    Writer-private state: ``data_buffer_start/end``, ``metadata`` (id ->
-    virtual address of every live chunk), the chunk sizes, and the absolute
-    counters.  Readers see ``monotonic_id_start/end`` as published in the
-    control block and ``data_buffer_start = data_buffer_end = 0``.
+    Raises at construction: ``ValueError`` (a size that is not a positive
+    int), :class:`~shmspec.model.errors.SharedMemoryFull` (``/dev/shm`` cannot
+    hold the segment), :class:`GeometryMismatch`, ``FileNotFoundError`` (no
+    such segment).
     """
 
     ID_NBYTES = layout.ID_NBYTES
@@ -58,13 +80,17 @@ class SingleWriterShmRingBuffer:
     CONTROL_OFFSET = layout.CONTROL_OFFSET
     DATA_OFFSET = layout.DATA_OFFSET
 
-    def __init__(self, data_buffer_size: int, name: str | None = None, create: bool = False):
+    def __init__(self, data_buffer_size: int, name: str | None = None, create: bool = False,
+                 max_chunks: int | None = None):
         if (
             not isinstance(data_buffer_size, int)
             or isinstance(data_buffer_size, bool)
             or data_buffer_size <= 0
         ):
             raise ValueError(f"data_buffer_size must be a positive int, got {data_buffer_size!r}")
+        if max_chunks is not None and (not isinstance(max_chunks, int) or isinstance(max_chunks, bool)
+                                       or max_chunks <= 0):
+            raise ValueError(f"max_chunks must be a positive int, got {max_chunks!r}")
         self.data_buffer_size = data_buffer_size
         self.is_writer = bool(create)
         self.data_buffer_start = 0
@@ -72,29 +98,47 @@ class SingleWriterShmRingBuffer:
         self._closed = False
         self._ctl = None
         self._data = None
+        self.reader_table: ReaderTable | None = None
         total = layout.segment_size(data_buffer_size)
         if self.is_writer:
             self.metadata: dict[int, int] = {}
             self._sizes: dict[int, int] = {}
             self._abs_start = 0
             self._abs_end = 0
-            self._pending: tuple[int, int, int, int] | None = None
+            self._base: dict[int, tuple[int, ...]] = {}
+            self._pending: tuple[int, int, int, int, tuple[int, ...]] | None = None
+            self.max_chunks = max_chunks or layout.default_max_chunks(data_buffer_size)
             self.shared_memory = segment.create_segment(total, name)
         else:
             if name is None:
                 raise ValueError("A reader must be given the segment name to attach to.")
             self.shared_memory = segment.attach_segment(name)
-            if self.shared_memory.size < total:
-                segment.release_segment(self.shared_memory, unlink=False)
-                raise ValueError(
-                    f"Segment {name!r} holds {self.shared_memory.size} bytes, "
-                    f"expected at least {total}"
-                )
         buf = self.shared_memory.buf
-        self._ctl = buf[layout.CONTROL_OFFSET : layout.DATA_OFFSET].cast("Q")
-        self._data = buf[layout.DATA_OFFSET : total]
-        if self.is_writer:
-            buf[: layout.SECRET_BYTES] = secrets.token_bytes(layout.SECRET_BYTES)
+        try:
+            self._ctl = buf[layout.CONTROL_OFFSET : layout.DATA_OFFSET].cast("Q")
+            if self.is_writer:
+                ctl = self._ctl
+                ctl[layout.CTL_DATA_BYTES] = data_buffer_size
+                ctl[layout.CTL_MAX_CHUNKS] = self.max_chunks
+                buf[: layout.SECRET_BYTES] = secrets.token_bytes(layout.SECRET_BYTES)
+                ctl[layout.CTL_MAGIC] = layout.SEGMENT_MAGIC
+            else:
+                self._check_geometry(name, total)
+                self.max_chunks = self._ctl[layout.CTL_MAX_CHUNKS]
+            self._data = buf[layout.DATA_OFFSET : total]
+        except BaseException:
+            self.close()
+            raise
+
+    def _check_geometry(self, name: str, total: int) -> None:
+        if self.shared_memory.size < layout.DATA_OFFSET:
+            raise GeometryMismatch("segment size", total, self.shared_memory.size, name)
+        ctl = self._ctl
+        if ctl[layout.CTL_MAGIC] != layout.SEGMENT_MAGIC:
+            raise GeometryMismatch("segment version", 2, "another layout (not an impl v2 segment)", name)
+        recorded = ctl[layout.CTL_DATA_BYTES]
+        if recorded != self.data_buffer_size or self.shared_memory.size < total:
+            raise GeometryMismatch("data_buffer_size", self.data_buffer_size, recorded, name)
 
     # ------------------------------------------------------------------ basics
     def handle(self) -> tuple[int, str]:
@@ -103,7 +147,9 @@ class SingleWriterShmRingBuffer:
 
     def get_auth_secret(self) -> bytes:
         """The 32 secret bytes at the front of the segment (vLLM >= 0.32)."""
-        return bytes(self._region_check(self.shared_memory.buf)[: layout.SECRET_BYTES])
+        if self._closed:
+            raise ValueError("Buffer has been closed")
+        return bytes(self.shared_memory.buf[: layout.SECRET_BYTES])
 
     def int2byte(self, integer: int) -> bytes:
         """Signed 32-bit little-endian bytes of ``integer``."""
@@ -128,28 +174,60 @@ class SingleWriterShmRingBuffer:
         """View of the ``data_buffer_size`` data bytes (raises once closed)."""
         return self._region_check(self._data)
 
+    @property
+    def control(self) -> memoryview:
+        """The control block as native 8-byte words (raises once closed)."""
+        return self._region_check(self._ctl)
+
     # -------------------------------------------------------- control block
     def published_abs_start(self) -> int:
         """``abs_start`` as readers see it (one aligned 8-byte load)."""
-        return self._region_check(self._ctl)[layout.SLOT_ABS_START]
+        return self.control[layout.CTL_ABS_START]
 
     def published_abs_end(self) -> int:
         """``abs_end`` as readers see it (one aligned 8-byte load)."""
-        return self._region_check(self._ctl)[layout.SLOT_ABS_END]
+        return self.control[layout.CTL_ABS_END]
+
+    def drain_window(self) -> tuple[int, int, int] | None:
+        """``(drain_lo, drain_hi, drain_hw)`` read consistently under the
+        seqlock, or ``None`` when the writer is (or died) mid-update after
+        :data:`DRAIN_SPINS` attempts (the caller then treats no handle as
+        drainable)."""
+        ctl = self.control
+        for attempt in range(DRAIN_SPINS):
+            s1 = ctl[layout.CTL_DRAIN_SEQ]
+            if not s1 & 1:
+                lo, hi, hw = ctl[layout.CTL_DRAIN_LO], ctl[layout.CTL_DRAIN_HI], ctl[layout.CTL_DRAIN_HW]
+                if ctl[layout.CTL_DRAIN_SEQ] == s1:
+                    return lo, hi, hw
+            if attempt % 64 == 63:
+                time.sleep(0)
+        return None
+
+    def _set_drain(self, lo: int, hi: int, hw: int) -> None:
+        """Writer: publish the drain window under the seqlock (odd while the
+        three words change; a sequence left odd by an interrupted update is
+        reused, so the next update always ends even)."""
+        ctl = self.control
+        seq = ctl[layout.CTL_DRAIN_SEQ] | 1
+        ctl[layout.CTL_DRAIN_SEQ] = seq
+        ctl[layout.CTL_DRAIN_LO] = lo
+        ctl[layout.CTL_DRAIN_HI] = hi
+        ctl[layout.CTL_DRAIN_HW] = hw
+        ctl[layout.CTL_DRAIN_SEQ] = seq + 1
+
+    def _publish_start(self) -> None:
+        self.control[layout.CTL_ABS_START] = self._abs_start
 
     def publish(self) -> None:
         """Writer: make every allocation so far visible to readers (store ``abs_end``)."""
         self._require_writer("publish allocations")
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("publish")
-        self._pending = None
-        self._region_check(self._ctl)[layout.SLOT_ABS_END] = self._abs_end
-
-    def _publish_start(self) -> None:
-        self._region_check(self._ctl)[layout.SLOT_ABS_START] = self._abs_start
+        self.control[layout.CTL_ABS_END] = self._abs_end
 
     def abs_of(self, monotonic_id: int) -> int:
-        """Writer: absolute counter of the live (or pending) chunk ``monotonic_id``."""
+        """Writer: absolute counter of the live chunk ``monotonic_id``."""
         return candidate_abs(monotonic_id, self._abs_end)
 
     @property
@@ -176,7 +254,8 @@ class SingleWriterShmRingBuffer:
         """Writer, empty ring only: make the next id ``value`` (for wrap tests).
 
         Both absolute counters advance to the next ``k >= abs_end`` with
-        ``k % 2**31 == value``; they never move backwards.
+        ``k % 2**31 == value``; they never move backwards.  The drain window
+        of an earlier ``clear()`` is closed.
         """
         self._require_writer("set monotonic ids")
         if not isinstance(value, int) or not 0 <= value < self.ID_MAX:
@@ -186,9 +265,10 @@ class SingleWriterShmRingBuffer:
         if self._abs_start != self._abs_end:
             raise ValueError("monotonic ids can only be set while the ring is empty")
         target = self._abs_end + (value - self._abs_end) % self.ID_MAX
+        self._set_drain(target, target, 0)
         self._abs_start = self._abs_end = target
         self._publish_start()
-        self._region_check(self._ctl)[layout.SLOT_ABS_END] = target
+        self.control[layout.CTL_ABS_END] = target
 
     def warp(self, start: int, monotonic_id: int) -> None:
         """Writer, empty ring only: the warp hook for boundary tests.
@@ -198,9 +278,9 @@ class SingleWriterShmRingBuffer:
         ``0 <= start < data_buffer_size``) and the next id is ``monotonic_id``
         (``0 <= monotonic_id < 2**31``), so id wraparound and tail edges are
         reached without 2**31 allocations.  The absolute counters advance as in
-        :meth:`_jump_ids` (never backwards) and are published.  Raises
-        ``ValueError`` on a non-empty ring or an out-of-range argument;
-        ``NotWriter`` on a reader.
+        :meth:`_jump_ids` (never backwards) and are published; the drain window
+        of an earlier ``clear()`` is closed.  Raises ``ValueError`` on a
+        non-empty ring or an out-of-range argument; ``NotWriter`` on a reader.
         """
         self._require_writer("warp the ring")
         if self._abs_start != self._abs_end or self.metadata:
@@ -208,61 +288,146 @@ class SingleWriterShmRingBuffer:
         if not isinstance(start, int) or not 0 <= start < self.data_buffer_size:
             raise ValueError(f"start must be in [0, {self.data_buffer_size}), got {start!r}")
         self._jump_ids(monotonic_id)
+        self._set_drain(self._abs_end, self._abs_end, 0)
         self.data_buffer_start = self.data_buffer_end = start
 
     # ------------------------------------------------------------ allocation
-    def reserve_buf(self, size: int) -> tuple[int, int]:
-        """Writer: allocate like :meth:`allocate_buf` but do not publish yet.
+    def plan(self, size: int) -> tuple[int, int, int]:
+        """Writer: ``(virtual address, chunk bytes, abs counter)`` of an
+        allocation of ``size`` payload bytes, changing nothing.
 
-        The header ``[id][chunk_size]`` is written and the chunk is recorded in
-        ``metadata``; readers cannot see it until :meth:`publish`.  Undo with
-        :meth:`rollback_buf`.  Raises ``OutOfSpace`` with nothing changed.
+        Raises:
+            OutOfSpace: no contiguous room, or ``max_chunks`` chunks are live.
+            ValueError: ``size`` is not a positive int.
         """
-        self._require_writer("allocate buffers")
         if not isinstance(size, int) or isinstance(size, bool) or size <= 0:
             raise ValueError(f"Size must be a positive int, got {size!r}")
-        data = self.data_region
         B = self.data_buffer_size
         n = size + self.MD_SIZE
         if n > layout.INT32_MAX:
             raise OutOfSpace(f"Chunk of {n} bytes does not fit the int32 size field")
-        if self._abs_end - self._abs_start >= self.ID_MAX:
-            raise OutOfSpace("Every monotonic id is held by a live chunk")
+        if self._abs_end - self._abs_start >= min(self.max_chunks, self.ID_MAX):
+            raise OutOfSpace(f"{self._abs_end - self._abs_start} chunks are live, the most this ring holds "
+                             f"(max_chunks={self.max_chunks})")
         end = self.data_buffer_end
-        if end % B + n > B:
-            new_end = (end // B + 1) * B
-        else:
-            new_end = end
+        new_end = (end // B + 1) * B if end % B + n > B else end
         if new_end + n - self.data_buffer_start > B:
             raise OutOfSpace(_OOM_MESSAGE)
-        monotonic_id = self._abs_end % self.ID_MAX
-        header = int32_to_bytes(monotonic_id) + int32_to_bytes(n)
+        return new_end, n, self._abs_end
+
+    def prepare_reuse(self, abs_counter: int, phys_end: int) -> tuple[int, ...]:
+        """Writer: make allocation ``abs_counter`` (ending at physical byte
+        ``phys_end``) safe to write, and return the readers' ack words for it.
+
+        Closes what the allocation kills in the drain window (bytes below
+        ``phys_end``, the ack word it takes over), fences, and waits until no
+        reader still reads a chunk that is no longer live (a hazard pin below
+        ``abs_start``): such a wait ends when the pin word changes or its
+        reader's slot is released (the reader closed or died).
+
+        Raises:
+            ReaderStalled: a live reader held such a pin for :data:`PIN_TIMEOUT`
+                seconds (nothing was written).
+        """
+        lo, hi, hw = self._drain_words()
+        if lo < hi:
+            new_lo = max(lo, abs_counter - self.max_chunks + 1)
+            new_hw = max(hw, phys_end)
+            if new_lo >= hi:
+                new_lo, new_hw = hi, 0
+            if (new_lo, new_hw) != (lo, hw):
+                self._set_drain(new_lo, hi, new_hw)
+        fence()
+        table = self.reader_table
+        if table is None:
+            return ()
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("pin_scan")
+        abs_start = self._abs_start
+        for reader, word in enumerate(table.pins()):
+            if word and layout.pinned_abs(word, self._abs_end) < abs_start:
+                self._wait_unpinned(table, reader, word)
+        return table.acks(abs_counter)
+
+    def _drain_words(self) -> tuple[int, int, int]:
+        ctl = self.control
+        return ctl[layout.CTL_DRAIN_LO], ctl[layout.CTL_DRAIN_HI], ctl[layout.CTL_DRAIN_HW]
+
+    @staticmethod
+    def _wait_unpinned(table: ReaderTable, reader: int, word: int) -> None:
+        """Wait until reader ``reader``'s pin is no longer ``word``, or its slot
+        is released, or :data:`PIN_TIMEOUT` seconds (``ReaderStalled``).  With
+        a yield-point hook attached, every round is the ``pin_wait`` point (a
+        scheduler lets the reader move in between)."""
+        words, at = table.words, table.pin_index(reader)
+        deadline = None
+        spins = 0
+        while words[at] == word:
+            spins += 1
+            hooked = yieldpoints.HOOK is not None
+            if hooked:
+                yieldpoints.HOOK("pin_wait")
+                if words[at] != word:
+                    return
+            elif spins < 200:
+                continue
+            if deadline is None:
+                deadline = time.monotonic() + PIN_TIMEOUT
+            if (hooked or spins % 16 == 0) and not table.alive(reader):
+                return
+            if time.monotonic() > deadline:
+                raise ReaderStalled(PIN_TIMEOUT, reader, table.owner_pid(reader))
+            if not hooked:
+                time.sleep(0 if spins < 2000 else 0.0005)
+
+    def write_header(self, address: int, monotonic_id: int, n: int) -> None:
+        """Writer: the ``[id][chunk_size]`` header of a planned chunk."""
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("header_write")
-        offset = new_end % B
-        data[offset : offset + self.MD_SIZE] = header
-        self._pending = (new_end, monotonic_id, end, self._abs_end)
-        self.metadata[monotonic_id] = new_end
+        offset = address % self.data_buffer_size
+        self.data_region[offset : offset + self.MD_SIZE] = int32_to_bytes(monotonic_id) + int32_to_bytes(n)
+
+    def reserve_buf(self, size: int) -> tuple[int, int]:
+        """Writer: plan, make safe and head a chunk of ``size`` payload bytes,
+        without committing it: the ring's state is unchanged until
+        :meth:`commit_buf` (a reserved chunk is dropped by the next
+        reservation or :meth:`rollback_buf`).  Returns ``(address, id)``.
+
+        Raises:
+            OutOfSpace: see :meth:`plan` (nothing changed).
+            ReaderStalled: see :meth:`prepare_reuse` (nothing changed).
+        """
+        self._require_writer("allocate buffers")
+        address, n, abs_counter = self.plan(size)
+        base = self.prepare_reuse(abs_counter, address % self.data_buffer_size + n)
+        monotonic_id = abs_counter % self.ID_MAX
+        self.write_header(address, monotonic_id, n)
+        self._pending = (address, monotonic_id, n, abs_counter, base)
+        return address, monotonic_id
+
+    def commit_buf(self, pending: tuple[int, int, int, int, tuple[int, ...]]) -> None:
+        """Writer: record a reserved chunk and publish it (``abs_end``).
+
+        Idempotent (every field is assigned, never incremented), so an
+        interrupted commit can simply be run again."""
+        address, monotonic_id, n, abs_counter, base = pending
+        self.metadata[monotonic_id] = address
         self._sizes[monotonic_id] = n
-        self.data_buffer_end = new_end + n
-        self._abs_end += 1
-        return new_end, monotonic_id
+        self._base[abs_counter] = base
+        self.data_buffer_end = address + n
+        self._abs_end = abs_counter + 1
+        self.publish()
+        self._pending = None
 
     def rollback_buf(self, address: int, monotonic_id: int) -> None:
-        """Writer: undo the latest unpublished :meth:`reserve_buf` entirely.
+        """Writer: drop the latest uncommitted :meth:`reserve_buf`.
 
-        Restores ``data_buffer_end``, the next id and ``metadata``; the header
-        bytes left behind lie in free space that no published counter covers.
-        """
+        The header bytes left behind lie in free space that no published
+        counter covers."""
         self._require_writer("roll back allocations")
         pending = self._pending
         if pending is None or pending[0] != address or pending[1] != monotonic_id:
             raise ValueError(f"No unpublished allocation {address}:{monotonic_id} to roll back")
-        _, _, previous_end, previous_abs_end = pending
-        del self.metadata[monotonic_id]
-        del self._sizes[monotonic_id]
-        self.data_buffer_end = previous_end
-        self._abs_end = previous_abs_end
         self._pending = None
 
     def allocate_buf(self, size: int) -> tuple[int, int]:
@@ -273,13 +438,23 @@ class SingleWriterShmRingBuffer:
         with nothing changed; ``NotWriter`` on a reader.
         """
         handle = self.reserve_buf(size)
-        self.publish()
+        self.commit_buf(self._pending)
         return handle
 
     def chunk_size(self, monotonic_id: int) -> int:
         """Writer: the chunk size (header included, bytes) of a live chunk."""
         self._require_writer("inspect chunk sizes")
         return self._sizes[monotonic_id]
+
+    def reads_since_alloc(self, monotonic_id: int) -> tuple[int, ...]:
+        """Writer: per reader slot, the reads acknowledged for live chunk
+        ``monotonic_id`` (``()`` without a reader table)."""
+        table = self.reader_table
+        if table is None:
+            return ()
+        abs_counter = self.abs_of(monotonic_id)
+        base = self._base.get(abs_counter) or (0,) * table.n_readers
+        return tuple(a - b for a, b in zip(table.acks(abs_counter), base))
 
     @contextmanager
     def access_buf(self, address: int) -> Iterator[tuple[memoryview, tuple[int, int]]]:
@@ -303,23 +478,71 @@ class SingleWriterShmRingBuffer:
             yield view, (chunk_id, size)
 
     # --------------------------------------------------------------- freeing
+    def retire_plan(self) -> tuple[int, int, int, int]:
+        """Writer: what reclaiming the oldest chunk assigns: ``(abs, id,
+        new start, new end)`` (``start`` moves to the next live chunk, or
+        ``start = end = 0`` when none is left)."""
+        abs_counter = self._abs_start
+        oldest = abs_counter % self.ID_MAX
+        if abs_counter + 1 < self._abs_end:
+            nxt = self.metadata[(abs_counter + 1) % self.ID_MAX]
+            start = self.data_buffer_start + (nxt - self.data_buffer_start) % self.data_buffer_size
+            return abs_counter, oldest, start, self.data_buffer_end
+        return abs_counter, oldest, 0, 0
+
+    def retire(self, plan: tuple[int, int, int, int]) -> None:
+        """Writer: apply a :meth:`retire_plan` (idempotent): ``abs_start`` is
+        published first, before the memory can be reused."""
+        abs_counter, oldest, start, end = plan
+        self._abs_start = abs_counter + 1
+        self._publish_start()
+        self.metadata.pop(oldest, None)
+        self._sizes.pop(oldest, None)
+        self._base.pop(abs_counter, None)
+        self.data_buffer_start, self.data_buffer_end = start, end
+
+    def apply(self, kind: str, plan: Any) -> None:
+        """Apply one planned change: ``"retire"`` (:meth:`retire`),
+        ``"renormalise"`` (``(start, end)``) or ``"clear"`` (:meth:`apply_clear`)."""
+        if kind == "retire":
+            self.retire(plan)
+        elif kind == "renormalise":
+            self.data_buffer_start, self.data_buffer_end = plan
+        elif kind == "clear":
+            self.apply_clear(plan)
+        else:
+            raise ValueError(f"unknown ring change {kind!r}")
+
+    def renormalise_plan(self) -> tuple[int, int] | None:
+        """Writer: ``(start, end)`` shifted down by ``B`` when ``start >= B``, else None."""
+        B = self.data_buffer_size
+        if self.data_buffer_start >= B:
+            return self.data_buffer_start - B, self.data_buffer_end - B
+        return None
+
     def free_buf(
         self,
         is_free_fn: Callable[[int, memoryview], bool],
         nbytes: int | None = None,
+        journal: Any = None,
     ) -> Iterable[int]:
         """Writer: reclaim chunks oldest-first (FIFO, vLLM 0.11 - 0.33 policy).
 
         While a live chunk remains and fewer than ``nbytes`` (default: the whole
         buffer) have been freed: ``is_free_fn(id, view)`` is asked about the
         oldest chunk (``view`` = its bytes after the 8-byte header); if true it
-        is dropped, ``abs_start`` is published at once (before the memory can
-        be reused), and ``start`` moves forward (mod ``B``) to the next live
+        is dropped, and ``start`` moves forward (mod ``B``) to the next live
         chunk, or ``start = end = 0`` when none is left; if false, stop.
         Afterwards ``start >= B`` shifts both ``start`` and ``end`` down by ``B``.
         Returns the freed ids in order (may wrap past ``2**31``).
+
+        ``journal`` (impl's storage): an object whose ``apply(kind, plan)``
+        performs each state change (``"retire"`` with a :meth:`retire_plan`,
+        ``"renormalise"`` with ``(start, end)``), so that an interrupted
+        change can be completed later; by default they are applied directly.
         """
         self._require_writer("free buffers")
+        journal = journal or self
         data = self.data_region
         B = self.data_buffer_size
         if nbytes is None:
@@ -328,65 +551,74 @@ class SingleWriterShmRingBuffer:
         freed = 0
         while self._abs_start < self._abs_end and freed < nbytes:
             oldest = self._abs_start % self.ID_MAX
-            address = self.metadata[oldest]
+            offset = self.metadata[oldest] % B
             size = self._sizes[oldest]
-            offset = address % B
             with data[offset + self.MD_SIZE : offset + size] as view:
                 if not is_free_fn(oldest, view):
                     break
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("free_step")
-            self._abs_start += 1
-            self._publish_start()
-            del self.metadata[oldest]
-            del self._sizes[oldest]
-            nxt = self._abs_start % self.ID_MAX
-            if self._abs_start < self._abs_end:
-                self.data_buffer_start += (self.metadata[nxt] - self.data_buffer_start) % B
-            else:
-                self.data_buffer_start = self.data_buffer_end = 0
+            journal.apply("retire", self.retire_plan())
             freed += size
-        if self.data_buffer_start >= B:
-            self.data_buffer_start -= B
-            self.data_buffer_end -= B
+        shifted = self.renormalise_plan()
+        if shifted is not None:
+            journal.apply("renormalise", shifted)
         last_id = self.monotonic_id_start
         if last_id >= first_id:
             return range(first_id, last_id)
         return chain(range(first_id, self.ID_MAX), range(0, last_id))
 
-    def clear(self) -> None:
-        """Writer: drop every chunk; ids keep increasing (vLLM >= 0.32).
+    def clear_plan(self) -> tuple[int, int]:
+        """Writer: the drain window a clear opens: ``(abs_start, abs_end)``."""
+        return self._abs_start, self._abs_end
 
-        ``monotonic_id_start = monotonic_id_end``, ``start = end = 0``, and
-        ``abs_start = abs_end`` is published before any memory can be reused,
-        so no handle issued before the clear resolves after it (CLR).
-        """
-        self._require_writer("clear the buffer")
-        if yieldpoints.HOOK is not None:
-            yieldpoints.HOOK("clear")
-        self._abs_start = self._abs_end
+    def apply_clear(self, plan: tuple[int, int]) -> None:
+        """Writer: apply a :meth:`clear_plan` (idempotent)."""
+        lo, hi = plan
+        self._set_drain(lo, hi, 0)
+        self._abs_start = hi
         self._publish_start()
         self.metadata.clear()
         self._sizes.clear()
+        self._base.clear()
         self._pending = None
         self.data_buffer_start = 0
         self.data_buffer_end = 0
 
+    def clear(self) -> None:
+        """Writer: drop every chunk; ids keep increasing (vLLM >= 0.32).
+
+        ``monotonic_id_start = monotonic_id_end`` and ``start = end = 0``.
+        The dropped chunks form the drain window: a handle issued before the
+        clear resolves to its own object until an allocation reaches its
+        bytes (CLR, vLLM's drain contract; docs/impl-protocol.md).
+        """
+        self._require_writer("clear the buffer")
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("clear")
+        self.apply_clear(self.clear_plan())
+
     # ---------------------------------------------------------------- close
     def close(self) -> None:
-        """Close the mapping; the writer also unlinks the segment.
+        """Close the mapping; the writer also unlinks the segment (and its
+        reader table).
 
         Idempotent; ``FileNotFoundError`` on unlink is ignored (vLLM >= 0.15).
         """
         if self._closed or not hasattr(self, "shared_memory"):
             return
         self._closed = True
-        for view in (self._ctl, self._data):
-            if view is not None:
-                view.release()
-        self._ctl = None
-        self._data = None
-        segment.release_segment(self.shared_memory, unlink=self.is_writer)
+        table, self.reader_table = self.reader_table, None
+        try:
+            if table is not None:
+                table.close()
+        finally:
+            for view in (self._ctl, self._data):
+                if view is not None:
+                    view.release()
+            self._ctl = None
+            self._data = None
+            segment.release_segment(self.shared_memory, unlink=self.is_writer)
 
     def __del__(self):
         try:

@@ -1,7 +1,13 @@
-"""Creating, attaching and releasing the POSIX shared-memory segment.
+"""Creating, reserving, attaching and releasing POSIX shared-memory segments.
 
-The writer creates (and later unlinks) the segment; readers only attach.  An
-attaching process must not register the segment with
+The writer creates (and later unlinks) every segment; readers only attach.
+Creation reserves every byte (``posix_fallocate`` on the segment's file), so
+a ``/dev/shm`` that cannot hold the segment raises
+:class:`~shmspec.model.errors.SharedMemoryFull` at once, with the sizes,
+instead of a SIGBUS at the first write into a page tmpfs cannot back (vLLM
+0.11 - 0.33 create sparse segments and die that way).
+
+An attaching process must not register the segment with
 ``multiprocessing.resource_tracker``: the tracker would unlink the writer's
 segment when the reader process exits (CPython issue 82300).  vLLM 0.11+ works
 around this by patching ``resource_tracker.register`` during attach; here we
@@ -12,18 +18,55 @@ serialised by a module lock so concurrent attaches in one process are safe.
 
 from __future__ import annotations
 
+import errno
 import inspect
+import os
 import threading
 from contextlib import suppress
 from multiprocessing import resource_tracker, shared_memory
 
+from shmspec.model.errors import SharedMemoryFull
+
 _HAS_TRACK = "track" in inspect.signature(shared_memory.SharedMemory).parameters
 _ATTACH_LOCK = threading.Lock()
+SHM_DIR = "/dev/shm"
+
+
+def _free_bytes() -> int | None:
+    try:
+        st = os.statvfs(SHM_DIR)
+    except OSError:
+        return None
+    return st.f_bavail * st.f_frsize
 
 
 def create_segment(size: int, name: str | None) -> shared_memory.SharedMemory:
-    """Create a new zero-filled segment of ``size`` bytes (``name`` None: random)."""
-    return shared_memory.SharedMemory(name=name, create=True, size=size)
+    """Create a new zero-filled segment of ``size`` bytes (``name`` None: random)
+    and reserve all of its bytes.
+
+    Raises:
+        SharedMemoryFull: the shared-memory filesystem cannot hold ``size``
+            bytes (the half-made segment is removed).
+        FileExistsError: a segment of that name exists.
+    """
+    try:
+        shm = shared_memory.SharedMemory(name=name, create=True, size=size)
+    except OSError as exc:
+        if exc.errno == errno.ENOSPC:
+            raise SharedMemoryFull(name or "<random>", size, _free_bytes()) from None
+        raise
+    fd = getattr(shm, "_fd", -1)
+    if fd >= 0 and hasattr(os, "posix_fallocate"):
+        try:
+            os.posix_fallocate(fd, 0, size)
+        except OSError as exc:
+            release_segment(shm, unlink=True)
+            if exc.errno in (errno.ENOSPC, errno.EFBIG, errno.ENOMEM):
+                raise SharedMemoryFull(shm.name, size, _free_bytes()) from None
+            if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENODEV):
+                raise
+            # a filesystem without fallocate: the segment stays sparse
+    return shm
 
 
 def attach_segment(name: str) -> shared_memory.SharedMemory:

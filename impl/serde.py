@@ -7,16 +7,20 @@ Contract (vLLM 0.11 - 0.33 ``ObjectSerde``):
   lengths sum to ``data_nbytes``, and ``metadata`` is bytes-like of length
   ``md_nbytes``.  The store writes ``[metadata][data pieces in order]``.
 * ``deserialize(view: memoryview) -> value`` receives a view of exactly
-  ``md_nbytes + data_nbytes`` bytes, ``[metadata][data]`` (the store hands
-  readers a private copy, never a view of shared memory).
+  ``md_nbytes + data_nbytes`` bytes, ``[metadata][data]``.
 
-On impl the view is over an immutable ``bytes`` object (``view.obj``) that
-only this call holds, copied out of the chunk and re-validated (NRR) before
-``deserialize`` runs; a serde may therefore keep it (alias it in the value
-it returns) instead of copying it again, which vLLM's ``MsgpackSerde`` does
-with ``share_mem=True``.  vLLM's stores hand a view of shared memory, which
-the writer reuses once the chunk is freed: there a serde must copy.  (This
-is what ``bench.store --serde keep`` measures.)
+On impl (segment v2) the view is of the shared segment itself, valid only
+during the call: the chunk is protected from reuse by the reader's hazard pin
+until ``deserialize`` returns (docs/impl-protocol.md), so the one copy a get
+costs is the serde's own.  A serde must therefore copy whatever it keeps (as
+vLLM's ``MsgpackSerde`` does with ``share_mem=False``): the view, a slice of
+it or an object exporting its buffer must not outlive the call.  impl
+releases the view afterwards and raises ``BufferError`` when the value still
+exports it.  A serde that wants to keep its input declares ``keeps_buffer =
+True``: it is handed a private immutable ``bytes`` copy instead (one more
+copy), which it may alias in the value it returns.  vLLM's stores hand a
+view of shared memory without a pin: there a serde must copy, and even then
+it may read bytes the writer is reusing.
 """
 
 from __future__ import annotations
@@ -28,6 +32,10 @@ from typing import Any
 
 class ObjectSerde(ABC):
     """Abstract serializer; see the module docstring for the contract."""
+
+    keeps_buffer: bool = False
+    """True: ``deserialize`` may keep its input, so impl hands it a private
+    ``bytes`` copy instead of a view of shared memory."""
 
     @abstractmethod
     def serialize(self, value: Any) -> tuple[Any, int, bytes, int]:
@@ -67,3 +75,70 @@ class PickleSerde(ObjectSerde):
         ):
             raise ValueError(f"Unsupported object metadata {header!r}")
         return pickle.loads(data[len(data) - header[1] :])
+
+
+class MsgpackSerde(ObjectSerde):
+    """vLLM's default serde (the same bytes as vLLM 0.33.0's ``MsgpackSerde``).
+
+    Tensors and ``MultiModalKwargsItem`` values go through vLLM's
+    ``MsgpackEncoder`` (a list of buffers, kept without a copy when they are
+    written into the ring) and come back through ``MsgpackDecoder(...,
+    share_mem=False)``, which copies them out of shared memory; every other
+    value is pickled.  Metadata is the pickled ``(type name, data bytes, buffer
+    lengths or None)``.
+
+    Needs vLLM (``vllm.v1.serial_utils``, ``vllm.multimodal.inputs``) and
+    torch, imported when the serde is built (vLLM imports them lazily too).
+
+    Raises:
+        ImportError: at construction, naming the package that is missing.
+    """
+
+    def __init__(self) -> None:
+        try:
+            import torch
+            from vllm.multimodal.inputs import MultiModalKwargsItem
+            from vllm.v1.serial_utils import MsgpackDecoder, MsgpackEncoder
+        except ImportError as exc:
+            missing = exc.name or str(exc)
+            raise ImportError(
+                f"MsgpackSerde needs vLLM's msgpack classes (vllm.v1.serial_utils, "
+                f"vllm.multimodal.inputs) and torch; {missing!r} is not importable ({exc}). "
+                "Install vllm, or pass serde_class=PickleSerde",
+                name=exc.name,
+            ) from exc
+        self._tensor_cls = torch.Tensor
+        self._item_cls = MultiModalKwargsItem
+        self._encoder = MsgpackEncoder()
+        self._decoders = {
+            torch.Tensor.__name__: MsgpackDecoder(torch.Tensor, share_mem=False),
+            MultiModalKwargsItem.__name__: MsgpackDecoder(MultiModalKwargsItem, share_mem=False),
+        }
+
+    def serialize(self, value: Any) -> tuple[Any, int, bytes, int]:
+        if isinstance(value, (self._tensor_cls, self._item_cls)):
+            kind = type(value).__name__
+            buffers = self._encoder.encode(value)
+            lengths = [len(b) for b in buffers]
+            data: Any = buffers
+            nbytes = sum(lengths)
+        else:
+            data = pickle.dumps(value, protocol=pickle.HIGHEST_PROTOCOL)
+            kind, lengths, nbytes = "bytes", None, len(data)
+        metadata = pickle.dumps((kind, nbytes, lengths), protocol=pickle.HIGHEST_PROTOCOL)
+        return data, nbytes, metadata, len(metadata)
+
+    def deserialize(self, data: memoryview) -> Any:
+        # the metadata pickle is read from the front; unpickling stops at its end
+        kind, nbytes, lengths = pickle.loads(data)
+        body = data[len(data) - nbytes :]
+        if kind == "bytes":
+            return pickle.loads(body)
+        decoder = self._decoders.get(kind)
+        if decoder is None:
+            raise ValueError(f"Unsupported object type '{kind}' in metadata")
+        pieces, at = [], 0
+        for n in lengths:
+            pieces.append(body[at : at + n])
+            at += n
+        return decoder.decode(pieces)

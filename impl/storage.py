@@ -2,11 +2,17 @@
 
 Drop-in for vLLM 0.32/0.33's ``SingleWriterShmObjectStorage`` (same
 constructor, attributes, methods, error types and messages), hardened so that
-property NRR holds whatever bytes payloads contain and whatever a reader does.
+property NRR holds whatever bytes payloads contain, whatever a reader does and
+whether or not the writer has the readers' lock.  The protocol (hazard pins,
+per-reader acks, drain after ``clear()``) is stated in docs/impl-protocol.md;
+what each fault does is established by ``tests/test_faults.py``.
 """
 
 from __future__ import annotations
 
+import logging
+import os
+import threading
 from dataclasses import dataclass
 from typing import Any
 
@@ -14,25 +20,24 @@ from shmspec.model.errors import (
     BadHandleFields,
     BadSignature,
     DuplicateKey,
-    LockTimeout,
     MissingReaderLock,
     NotWriter,
     ObjectTooLarge,
     StaleHandle,
     UnknownKey,
+    WrongProcess,
 )
 
 from . import layout, signing, yieldpoints
-from .layout import bytes_to_int32, candidate_abs, generation, int32_to_bytes
+from .layout import candidate_abs, generation, int32_to_bytes, pin_word
+from .readers import ReaderTable, fence
 from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
 
-_CHUNK_HEADER_UNPACK = layout.CHUNK_HEADER.unpack_from
+logger = logging.getLogger(__name__)
 
-LOCK_TIMEOUT = 10.0
-"""Seconds a reader (or a writer given the lock) waits for the reader lock
-before raising :class:`LockTimeout`.  Module-level so tests and operators can
-lower it; read at every acquisition."""
+_CHUNK_HEADER_UNPACK = layout.CHUNK_HEADER.unpack_from
+_ZERO_COUNT = int32_to_bytes(0)
 
 
 @dataclass
@@ -50,39 +55,37 @@ class ShmObjectStorageHandle:
     reader_lock: Any | None
 
 
-class _HoldReaderLock:
-    """What :meth:`SingleWriterShmObjectStorage._locked` returns: a context
-    manager around the store's ``reader_lock`` (a new one for each ``with``).
+class _WriterOp:
+    """``with store._writer_op(name):`` -- one writer operation: the writer's
+    private lock held (threads are serialized, SW), the creating process
+    checked (a forked copy raises ``WrongProcess``), and any change an
+    asynchronous exception interrupted completed first (``_settle``)."""
 
-    ``__enter__`` reads the store's lock; if there is one it calls
-    ``acquire(True, LOCK_TIMEOUT)`` (:data:`LOCK_TIMEOUT` read now) and raises
-    :class:`LockTimeout` when that fails.  ``__exit__`` calls ``release()`` on
-    the lock it acquired, whether or not the block raised, and never suppresses
-    an exception.  No yield point of its own: the lock's ``acquire`` and
-    ``release`` are the only calls made, once each, in that order.
-    """
+    __slots__ = ("_store", "_operation")
 
-    __slots__ = ("_store", "_held")
-
-    def __init__(self, store: "SingleWriterShmObjectStorage"):
+    def __init__(self, store: "SingleWriterShmObjectStorage", operation: str):
         self._store = store
-        self._held: Any | None = None
+        self._operation = operation
 
     def __enter__(self) -> None:
-        lock = self._store._reader_lock
-        if lock is None:
-            return None
-        if not lock.acquire(True, LOCK_TIMEOUT):
-            raise LockTimeout(LOCK_TIMEOUT)
-        self._held = lock
-        return None
+        store = self._store
+        if not store.is_writer:
+            raise NotWriter(self._operation)
+        store._wlock.acquire()
+        try:
+            if os.getpid() != store._pid:
+                raise WrongProcess("writer", store._pid, os.getpid())
+            if store._depth == 0:
+                store._settle()
+            store._depth += 1
+        except BaseException:
+            store._wlock.release()
+            raise
 
-    def __exit__(self, exc_type: Any, exc: Any, tb: Any) -> None:
-        lock = self._held
-        if lock is not None:
-            self._held = None
-            lock.release()
-        return None
+    def __exit__(self, *exc: object) -> None:
+        store = self._store
+        store._depth -= 1
+        store._wlock.release()
 
 
 def _as_bytes_view(obj: Any) -> memoryview:
@@ -125,98 +128,61 @@ def _check_serialized(
 
 
 class SingleWriterShmObjectStorage:
-    """Single-writer, multi-reader object store in one shared-memory segment.
+    """Single-writer, multi-reader object store in shared memory.
 
     ``SingleWriterShmObjectStorage(max_object_size, n_readers, ring_buffer,
     serde_class=PickleSerde, reader_lock=None)``.  The writer view is the one
-    whose ``ring_buffer`` was created (``create=True``); it never takes
-    ``reader_lock``.  Reader views attach to the same segment and must get a
-    process-shared lock, else :class:`MissingReaderLock` (``ValueError("Lock
-    must be provided for readers.")``, vLLM 0.11+).
+    whose ``ring_buffer`` was created (``create=True``); building it creates
+    the reader table (``n_readers`` slots; ``SharedMemoryFull`` if
+    ``/dev/shm`` cannot hold it).  Reader views attach to both segments and
+    must get a process-shared lock, else :class:`MissingReaderLock`
+    (``ValueError("Lock must be provided for readers.")``, vLLM 0.11+); the
+    lock is required but not taken on any path.  A reader view claims one of
+    the ``n_readers`` slots (:class:`~shmspec.model.errors.TooManyReaders`
+    when all are held) and checks ``n_readers`` and ``max_object_size``
+    against the writer's (:class:`~shmspec.model.errors.GeometryMismatch`).
 
     Sizes are in bytes; ids are modulo ``2**31``.  Object bytes are
-    ``4 (reader_count) + md_nbytes + data_nbytes`` and must not exceed
-    ``max_object_size``.  Writer-side indexes (vLLM names): ``key_index: key ->
-    (address, id)``, ``id_index: id -> key``, ``writer_flag: id -> count``.
-    Writer-only operations on a reader raise :class:`NotWriter`.
+    ``4 + md_nbytes + data_nbytes`` (4 reserved bytes, vLLM's in-band count)
+    and must not exceed ``max_object_size``.  Writer-side indexes (vLLM
+    names): ``key_index: key -> (address, id)``, ``id_index: id -> key``,
+    ``writer_flag: id -> promises``.  Writer-only operations on a reader raise
+    :class:`NotWriter`.
 
-    A chunk is reclaimable when it is not protected by :meth:`touch` and its
-    in-band ``reader_count >= writer_flag[id] * n_readers`` (vLLM >= 0.32).
+    Reclaim (RC, per reader): a chunk is reclaimable when it is not protected
+    by :meth:`touch` and *every* reader slot has acknowledged at least
+    ``writer_flag[id]`` reads of it, so a reader that reads a handle twice
+    never stands in for another (PROM).  A writer built with the readers'
+    lock is one of the ``n_readers`` readers: its gets are counted (vLLM
+    0.33.0), in a slot it claims at its first get.
 
-    Reader ``get`` (and ``touch``, which stops after step d) proceeds:
+    Reader ``get`` (the hazard-pin protocol, docs/impl-protocol.md): fields
+    and signature are checked before any byte of the data region is read; the
+    reader publishes a pin on the handle's allocation, fences, validates it
+    against the control block (live, or a drain chunk of the latest
+    ``clear()`` whose bytes no allocation reached), checks the header, lets
+    the serde deserialize straight from shared memory, acknowledges the read
+    and unpins.  The writer reuses memory only after every pin on a chunk that
+    is no longer live is released, so a reader never deserializes or writes
+    memory the writer reuses, with or without the lock, forked or spawned.
+    Memory ordering: x86-64 (TSO) plus the fence's full barrier.
 
-    a. field validation (:class:`BadHandleFields`, :class:`MissingSignature`);
-    b. HMAC check against the generation of the candidate absolute counter
-       (:class:`BadSignature`); no byte of the data region is read before this;
-    c. liveness ``abs_start <= cand < abs_end`` (:class:`StaleHandle`);
-    d. header at ``address % B``: id must match and ``chunk_size`` be sane
-       (:class:`StaleHandle`);
-    e. the object bytes are copied into private memory;
-    f. ``abs_start`` is re-read: a chunk no longer live may have been copied
-       torn, so :class:`StaleHandle`;
-    g. under the reader lock: liveness re-checked, ``reader_count`` incremented;
-    h. the private copy is deserialized.
+    ``clear()`` (CLR, vLLM's drain contract): a handle issued before the clear
+    resolves to its own object until an allocation reaches its bytes (or
+    ``max_chunks`` allocations followed), then raises :class:`StaleHandle`;
+    never to another object.
 
-    Reclaim fence: when the *writer* is also given ``reader_lock`` (the same
-    process-shared lock as its readers; :attr:`writer_uses_reader_lock`), it
-    holds that lock while it reclaims chunks (:meth:`free_unused`, and so the
-    retry inside :meth:`put`) and while it clears.  Step g (re-check and
-    increment) is then atomic with respect to every reclaim, so an increment
-    can only land on a chunk that is still live: ``reader_count`` counts reads
-    that happened (property RC), and no memory is reused under a reader's
-    feet.  A writer built *without* the lock (vLLM's own construction) keeps
-    one window: a ``clear()`` between step g's re-check and its increment
-    lets the increment alter four bytes of memory that may be reused.  The
-    value returned is unaffected either way (it comes from the validated
-    private copy).
-
-    Memory ordering: the protocol assumes x86-64 (TSO) ordering of the
-    writer's plain stores into the segment (header and payload before
-    ``abs_end``; ``abs_start`` before any reuse) and of the reader's loads
-    (copy before re-check).  The lock adds full barriers around step g.
-
-    Faults (measured with real processes, SIGKILL at named yield points, in
-    ``tests/test_faults.py``):
-
-    * A reader killed while it holds ``reader_lock`` (step g) leaves the lock
-      held for ever.  From then on every reader ``get`` (of any handle), and
-      the writer's :meth:`free_unused`, :meth:`clear` and any :meth:`put` that
-      must reclaim, raise :class:`LockTimeout` (kind ``"LockTimeout"``, a
-      ``RuntimeError``) after :data:`LOCK_TIMEOUT` seconds instead of
-      blocking for ever; nothing is returned or deserialized and the failed
-      writer operation changes nothing.  A put that fits without reclaiming
-      still succeeds (it takes no lock).  A restarted reader, or a new store
-      on the same lock, does not recover; a new store with a new lock does.
-      (A writer built without the lock, as vLLM builds it, never waits for it.)
-    * A reader killed outside the lock (mid-``get`` before or after step g,
-      or between operations) holds nothing, but never counts its pending
-      reads (a ``get`` killed after step g has counted): the oldest chunk it
-      had not read keeps ``reader_count < writer_flag *
-      n_readers`` and pins the FIFO head, so once the ring is full every
-      :meth:`put` raises :class:`OutOfSpace` (``MemoryError``) and
-      :meth:`free_unused` frees nothing.  Other readers keep getting the
-      right objects.  :meth:`clear` reclaims everything regardless of counts
-      (handles issued before it become stale) and puts succeed again.
-    * A writer killed outside the lock (idle, or mid-:meth:`put` before or
-      after writing the header or payload) never published the chunk it was
-      writing (``abs_end`` is stored only after all its bytes): a reader
-      presenting that chunk's ``(address, id)``, even signed with the
-      segment's own secret, gets :class:`StaleHandle`.  Handles issued before
-      the kill keep returning their own objects; never another one.  A writer
-      killed while it holds the lock (inside a reclaim or :meth:`clear`)
-      leaves it held, as a reader would: reads then raise
-      :class:`LockTimeout` until a new lock is used.
-    * A restarted writer creates a new segment with a new secret; readers
-      rebuild from its handle.  A handle from the old store presented to the
-      new one raises :class:`BadSignature` before any byte is read, even
-      where the new store holds a chunk at the same ``(address, id, key)``.
-    * The dead writer does not unlink its segment.  If it registered the
-      segment with a ``multiprocessing`` resource tracker of its own (a
-      top-level writer process, as vLLM's), that tracker unlinks it once the
-      writer is dead, with a "leaked shared_memory" warning; if the tracker
-      is shared with a live parent (the harness's ``ProcessPool``), the
-      segment stays until the parent removes it (``ProcessPool.shutdown``).
+    One writer (SW): writer operations are serialized by a private lock, and a
+    forked copy of the writer raises ``WrongProcess``.  Exception safety (EXC):
+    every change of the writer's state is planned first and applied in one
+    idempotent step; one that an asynchronous exception interrupted is
+    completed by the next writer operation (and by reading ``key_index``), so
+    a failed put, reclaim or clear leaves the store as before or as after it.
     """
+
+    writer_uses_reader_lock = False
+    """impl's writer takes no lock on any path (harnesses built version-1
+    writers with the readers' lock to fence reclaims; kept for old callers)."""
 
     def __init__(
         self,
@@ -226,6 +192,9 @@ class SingleWriterShmObjectStorage:
         serde_class: type[ObjectSerde] = PickleSerde,
         reader_lock: Any | None = None,
     ):
+        for name, value in (("max_object_size", max_object_size), ("n_readers", n_readers)):
+            if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
+                raise ValueError(f"{name} must be a positive int, got {value!r}")
         self.max_object_size = max_object_size
         self.n_readers = n_readers
         self.serde_class = serde_class
@@ -235,26 +204,128 @@ class SingleWriterShmObjectStorage:
         if not self.is_writer and reader_lock is None:
             raise MissingReaderLock()
         self.ser_de = serde_class()
-        if self.is_writer:
-            self.key_index: dict[str, tuple[int, int]] = {}
-            self.id_index: dict[int, str] = {}
-            self.writer_flag: dict[int, int] = {}
-            self._touched: set[int] = set()
+        self._keeps_buffer = bool(getattr(self.ser_de, "keeps_buffer", False))
         self._reader_lock = reader_lock
+        self._pid = os.getpid()
+        self._slot: int | None = None
+        name = ring_buffer.shared_memory.name
+        if self.is_writer:
+            if ring_buffer.reader_table is not None:
+                raise ValueError("This ring buffer already belongs to a writer storage")
+            self._key_index: dict[str, tuple[int, int]] = {}
+            self._id_index: dict[int, str] = {}
+            self._writer_flag: dict[int, int] = {}
+            self._touched: set[int] = set()
+            self._intent: tuple | None = None
+            self._wlock = threading.RLock()
+            self._depth = 0
+            ring_buffer.reader_table = ReaderTable.create(
+                name, n_readers, ring_buffer.max_chunks, ring_buffer.data_buffer_size, max_object_size)
+        else:
+            table = ReaderTable.attach(name, n_readers, max_object_size)
+            try:
+                self._slot = table.claim()
+            except BaseException:
+                table.close()
+                raise
+            ring_buffer.reader_table = table
+            self._rlock = threading.Lock()
+            self._seq = 0
 
-    writer_uses_reader_lock = True
-    """The writer fences reclaims with ``reader_lock`` when it is given one
-    (see the class docstring); harnesses pass the readers' lock to the writer
-    only when this is true (vLLM's writer would count its own reads)."""
+    # ------------------------------------------------------ writer indexes
+    @property
+    def key_index(self) -> dict[str, tuple[int, int]]:
+        """Writer: ``key -> (address, id)`` of every cached object."""
+        self._settled()
+        return self._key_index
+
+    @property
+    def id_index(self) -> dict[int, str]:
+        """Writer: ``id -> key`` of every cached object."""
+        self._settled()
+        return self._id_index
+
+    @property
+    def writer_flag(self) -> dict[int, int]:
+        """Writer: ``id -> promises`` (puts and ``get_cached`` of the key)."""
+        self._settled()
+        return self._writer_flag
+
+    def _settled(self) -> None:
+        """Settle before the indexes are read, unless a writer operation is in
+        progress (a harness reading them from a yield point sees that
+        operation's state as it is)."""
+        if not self.is_writer:
+            raise AttributeError("reader views have no writer indexes")
+        if self._intent is not None or self.ring_buffer._pending is not None:
+            with self._wlock:
+                if self._depth == 0:
+                    self._settle()
+
+    def _writer_op(self, operation: str) -> _WriterOp:
+        return _WriterOp(self, operation)
+
+    # ------------------------------------------- planned changes (EXC, SW)
+    def _settle(self) -> None:
+        """Complete the change an exception interrupted, drop an uncommitted
+        reservation, and close a drain window left half-written."""
+        intent = self._intent
+        if intent is not None:
+            self._apply_intent(intent)
+            self._intent = None
+        ring = self.ring_buffer
+        ring._pending = None
+        if ring.control[layout.CTL_DRAIN_SEQ] & 1:
+            hi = ring.control[layout.CTL_DRAIN_HI]
+            ring._set_drain(hi, hi, 0)
+
+    def _apply_intent(self, intent: tuple) -> None:
+        kind = intent[0]
+        if kind == "put":
+            _, key, pending = intent
+            address, monotonic_id = pending[0], pending[1]
+            self._writer_flag[monotonic_id] = 1
+            self._key_index[key] = (address, monotonic_id)
+            self._id_index[monotonic_id] = key
+            self.ring_buffer.commit_buf(pending)
+        elif kind == "retire":
+            _, plan, key = intent
+            monotonic_id = plan[1]
+            self.ring_buffer.retire(plan)
+            if key is not None and self._key_index.get(key, (None, None))[1] == monotonic_id:
+                del self._key_index[key]
+            self._id_index.pop(monotonic_id, None)
+            self._writer_flag.pop(monotonic_id, None)
+            self._touched.discard(monotonic_id)
+        elif kind == "renormalise":
+            self.ring_buffer.apply("renormalise", intent[1])
+        elif kind == "clear":
+            self.ring_buffer.apply_clear(intent[1])
+            self._key_index.clear()
+            self._id_index.clear()
+            self._writer_flag.clear()
+            self._touched.clear()
+        elif kind == "promise":
+            _, monotonic_id, count = intent
+            self._writer_flag[monotonic_id] = count
+            self._touched.discard(monotonic_id)
+        else:  # pragma: no cover - a bug of ours
+            raise AssertionError(f"unknown intent {kind!r}")
+
+    def _do(self, intent: tuple) -> None:
+        self._intent = intent
+        self._apply_intent(intent)
+        self._intent = None
+
+    def apply(self, kind: str, plan: Any) -> None:
+        """The ring's journal (``free_buf(..., journal=self)``): each reclaim
+        step is an intent; a retired chunk's key goes with it."""
+        if kind == "retire":
+            self._do(("retire", plan, self._id_index.get(plan[1])))
+        else:
+            self._do((kind, plan))
 
     # ---------------------------------------------------------------- helpers
-    def _locked(self) -> _HoldReaderLock:
-        """``with self._locked():`` holds ``reader_lock`` (if any) for the
-        block, or raises :class:`LockTimeout` after :data:`LOCK_TIMEOUT`
-        seconds; released however the block exits (a plain class rather than
-        a generator, to keep the reader's ``get`` cheap)."""
-        return _HoldReaderLock(self)
-
     def _require_writer(self, operation: str) -> None:
         if not self.is_writer:
             raise NotWriter(operation)
@@ -273,52 +344,47 @@ class SingleWriterShmObjectStorage:
         Order (vLLM 0.33): duplicate key -> :class:`DuplicateKey`; serialize;
         over ``max_object_size`` -> :class:`ObjectTooLarge`; allocate, and on
         ``MemoryError`` run :meth:`free_unused` and allocate once more (a second
-        :class:`OutOfSpace` propagates).  Any failure after allocation rolls the
-        allocation back, so a failed put leaves nothing behind.  The chunk
-        becomes visible to readers only when ``abs_end`` is published, after
-        all its bytes are written.
+        :class:`OutOfSpace` propagates).  Nothing is committed until every byte
+        is written; the chunk becomes visible to readers only when ``abs_end``
+        is published, after the indexes.  Raises
+        :class:`~shmspec.model.errors.ReaderStalled` when a live reader keeps
+        reading memory the put must reuse (nothing changed).
         """
-        self._require_writer("put objects")
-        if not isinstance(key, str):
-            raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
-        if key in self.key_index:
-            raise DuplicateKey(key)
-        data, data_nbytes, metadata, md_nbytes = self.ser_de.serialize(value)
-        pieces, md_view = _check_serialized(data, data_nbytes, metadata, md_nbytes)
-        object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
-        if object_nbytes > self.max_object_size:
-            raise ObjectTooLarge(object_nbytes, self.max_object_size)
-        ring = self.ring_buffer
-        try:
-            address, monotonic_id = ring.reserve_buf(object_nbytes)
-        except MemoryError:
-            self.free_unused()
-            address, monotonic_id = ring.reserve_buf(object_nbytes)
-        try:
+        with self._writer_op("put objects"):
+            if not isinstance(key, str):
+                raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
+            if key in self._key_index:
+                raise DuplicateKey(key)
+            data, data_nbytes, metadata, md_nbytes = self.ser_de.serialize(value)
+            pieces, md_view = _check_serialized(data, data_nbytes, metadata, md_nbytes)
+            object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
+            if object_nbytes > self.max_object_size:
+                raise ObjectTooLarge(object_nbytes, self.max_object_size)
+            ring = self.ring_buffer
+            try:
+                address, monotonic_id = ring.reserve_buf(object_nbytes)
+            except MemoryError:
+                self._free_unused()
+                address, monotonic_id = ring.reserve_buf(object_nbytes)
+            pending = ring._pending
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_write")
             region = ring.data_region
             pos = address % ring.data_buffer_size + layout.MD_SIZE
-            region[pos : pos + self.flag_bytes] = int32_to_bytes(0)
+            region[pos : pos + self.flag_bytes] = _ZERO_COUNT
             pos += self.flag_bytes
             region[pos : pos + md_nbytes] = md_view
             pos += md_nbytes
             for piece in pieces:
                 region[pos : pos + piece.nbytes] = piece
                 pos += piece.nbytes
-        except BaseException:
-            ring.rollback_buf(address, monotonic_id)
-            raise
-        self.writer_flag[monotonic_id] = self.writer_flag.get(monotonic_id, 0) + 1
-        self.key_index[key] = (address, monotonic_id)
-        self.id_index[monotonic_id] = key
-        ring.publish()
-        return address, monotonic_id
+            self._do(("put", key, pending))
+            return address, monotonic_id
 
     def is_cached(self, key: str) -> bool:
         """Writer: whether ``key`` has a live object."""
-        self._require_writer("look up keys")
-        return key in self.key_index
+        with self._writer_op("look up keys"):
+            return key in self._key_index
 
     def get_cached(self, key: str) -> tuple[int, int]:
         """Writer: handle of cached ``key``; promises one more read per reader.
@@ -326,65 +392,83 @@ class SingleWriterShmObjectStorage:
         Increments ``writer_flag[id]`` and ends a :meth:`touch` protection
         (vLLM >= 0.32).  Unknown key -> :class:`UnknownKey` (a ``KeyError``).
         """
-        self._require_writer("look up cached objects")
-        if key not in self.key_index:
-            raise UnknownKey(key)
-        address, monotonic_id = self.key_index[key]
-        self.writer_flag[monotonic_id] = self.writer_flag.get(monotonic_id, 0) + 1
-        self._touched.discard(monotonic_id)
-        return address, monotonic_id
+        with self._writer_op("look up cached objects"):
+            if key not in self._key_index:
+                raise UnknownKey(key)
+            address, monotonic_id = self._key_index[key]
+            self._do(("promise", monotonic_id, self._writer_flag.get(monotonic_id, 0) + 1))
+            return address, monotonic_id
 
     def get_signature(self, key: str) -> list[int]:
         """Writer: the signature of ``key``'s current handle, 32 ints in [0, 255].
 
         Unknown key -> :class:`UnknownKey`.
         """
-        self._require_writer("sign handles")
-        if key not in self.key_index:
-            raise UnknownKey(key)
-        address, monotonic_id = self.key_index[key]
-        return list(self._signature_for(key, address, monotonic_id))
+        with self._writer_op("sign handles"):
+            if key not in self._key_index:
+                raise UnknownKey(key)
+            address, monotonic_id = self._key_index[key]
+            return list(self._signature_for(key, address, monotonic_id))
 
     def release_touches(self) -> None:
         """Writer: end every :meth:`touch` protection (vLLM >= 0.32)."""
-        self._require_writer("release touches")
-        self._touched.clear()
+        with self._writer_op("release touches"):
+            self._touched.clear()
 
     def default_is_free_check(self, id: int, buf: memoryview) -> bool:
-        """Writer: reclaimable iff untouched and ``reader_count >= writer_flag * n_readers``.
+        """Writer: reclaimable iff untouched and every reader slot has
+        acknowledged at least ``writer_flag[id]`` reads (RC per reader).
 
-        ``buf`` is the chunk after its 8-byte header (starts with ``reader_count``).
-        """
+        ``buf`` (the chunk after its header) is part of vLLM's signature and
+        not read: acknowledgements live in the reader table."""
         if id in self._touched:
             return False
-        reader_count = bytes_to_int32(buf[: self.flag_bytes])
-        return reader_count >= self.writer_flag.get(id, 0) * self.n_readers
+        promised = self._writer_flag.get(id, 0)
+        return all(reads >= promised for reads in self.ring_buffer.reads_since_alloc(id))
+
+    def reads(self, monotonic_id: int) -> tuple[int, ...]:
+        """Writer: reads acknowledged for live chunk ``monotonic_id``, per
+        reader slot (slot ``i`` is the ``i``-th reader view that attached to a
+        fresh store).  impl only; harnesses read it to check RC."""
+        self._require_writer("inspect reads")
+        return self.ring_buffer.reads_since_alloc(monotonic_id)
+
+    def warp_reads(self, monotonic_id: int, reads: tuple[int, ...]) -> None:
+        """Writer, test hook (boundary programs): make live chunk
+        ``monotonic_id`` count ``reads[r]`` reads by reader slot ``r`` (its
+        ack base is moved; nothing is written to a reader's slot).
+
+        Raises:
+            ValueError: not live, or ``reads`` not one count per slot.
+        """
+        with self._writer_op("warp reads"):
+            ring = self.ring_buffer
+            if monotonic_id not in ring.metadata or len(reads) != self.n_readers:
+                raise ValueError(f"id {monotonic_id} is not live, or {reads!r} is not one count per reader")
+            abs_counter = ring.abs_of(monotonic_id)
+            acks = ring.reader_table.acks(abs_counter)
+            ring._base[abs_counter] = tuple(a - n for a, n in zip(acks, reads))
 
     def free_unused(self) -> None:
         """Writer: FIFO-reclaim up to ``2 * max_object_size`` bytes and drop their keys."""
-        self._require_writer("free objects")
-        with self._locked():
-            freed = list(self.ring_buffer.free_buf(self.default_is_free_check, 2 * self.max_object_size))
-        for freed_id in freed:
-            key = self.id_index.pop(freed_id, None)
-            if key is not None:
-                self.key_index.pop(key, None)
-            self.writer_flag.pop(freed_id, None)
-            self._touched.discard(freed_id)
+        with self._writer_op("free objects"):
+            self._free_unused()
+
+    def _free_unused(self) -> None:
+        self.ring_buffer.free_buf(self.default_is_free_check, 2 * self.max_object_size, journal=self)
 
     def clear(self) -> None:
-        """Drop every object; ids keep increasing (vLLM >= 0.32).
+        """Drop every object; ids keep increasing (vLLM >= 0.32).  Pre-clear
+        handles drain (see the class docstring).
 
         On a reader this is a no-op, as in vLLM (its receiver cache calls it).
         """
         if not self.is_writer:
             return
-        with self._locked():
-            self.ring_buffer.clear()
-        self.key_index.clear()
-        self.id_index.clear()
-        self.writer_flag.clear()
-        self._touched.clear()
+        with self._writer_op("clear the buffer"):
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("clear")
+            self._do(("clear", self.ring_buffer.clear_plan()))
 
     # --------------------------------------------------------- verification
     def verify_signature(
@@ -399,40 +483,52 @@ class SingleWriterShmObjectStorage:
         Writer: the handle must also be ``key``'s current entry (vLLM >= 0.32),
         else :class:`BadSignature`.  Reader: only fields and signature are
         checked; the data region is not read.  Raises :class:`BadHandleFields`,
-        :class:`MissingSignature` or :class:`BadSignature` (all ``ValueError``).
+        :class:`MissingSignature` or :class:`BadSignature` (all ``ValueError``
+        with vLLM's messages).
         """
-        signing.validate_handle_fields(address, monotonic_id, signature, key)
         if self.is_writer:
-            if key is None or self.key_index.get(key) != (address, monotonic_id):
-                raise BadSignature()
-            signing.require_signature(signature, key)
-            gen = generation(self.ring_buffer.abs_of(monotonic_id))
+            with self._writer_op("verify signatures"):
+                if key is None or self._key_index.get(key) != (address, monotonic_id):
+                    raise BadSignature()
+                signing.require_signature(signature, key)
+                signing.validate_handle_fields(address, monotonic_id, signature, key)
+                gen = generation(self.ring_buffer.abs_of(monotonic_id))
         else:
             signing.require_signature(signature, key)
-            abs_end = self.ring_buffer.published_abs_end()
-            gen = generation(candidate_abs(monotonic_id, abs_end))
+            signing.validate_handle_fields(address, monotonic_id, signature, key)
+            gen = generation(candidate_abs(monotonic_id, self.ring_buffer.published_abs_end()))
         signing.check_signature(self._secret(), key, address, monotonic_id, gen, signature)
 
-    def _authenticate(self, address, monotonic_id, signature, key) -> tuple[int, int]:
-        """Reader steps a-b; returns ``(candidate abs, abs_end seen)``."""
-        signing.validate_handle_fields(address, monotonic_id, signature, key)
+    def _authenticate(self, address, monotonic_id, signature, key) -> int:
+        """Signature present, fields, signature (vLLM 0.33.0's order); returns
+        the candidate allocation."""
         signing.require_signature(signature, key)
-        abs_end = self.ring_buffer.published_abs_end()
-        cand = candidate_abs(monotonic_id, abs_end)
+        signing.validate_handle_fields(address, monotonic_id, signature, key)
+        cand = candidate_abs(monotonic_id, self.ring_buffer.published_abs_end())
         signing.check_signature(
             self._secret(), key, address, monotonic_id, generation(cand), signature
         )
-        return cand, abs_end
+        return cand
 
-    def _check_live(self, cand: int, abs_end: int, address: int, monotonic_id: int) -> None:
-        """Reader steps c/f/g: ``abs_start <= cand < abs_end`` or :class:`StaleHandle`."""
+    def _validate(self, cand: int, address: int, monotonic_id: int) -> tuple[bool, int]:
+        """Is allocation ``cand`` readable at ``address``: live, or a drain
+        chunk whose bytes no allocation since the clear reached; and does its
+        header carry ``monotonic_id`` and a sane size?  Returns ``(live,
+        chunk size)``; raises :class:`StaleHandle`."""
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("reader_check")
-        if not (self.ring_buffer.published_abs_start() <= cand < abs_end):
-            raise StaleHandle(address, monotonic_id)
+        ring = self.ring_buffer
+        ctl = ring.control
+        live = ctl[layout.CTL_ABS_START] <= cand < ctl[layout.CTL_ABS_END]
+        if not live:
+            window = ring.drain_window()
+            if window is None or not (window[0] <= cand < window[1]
+                                      and address % ring.data_buffer_size >= window[2]):
+                raise StaleHandle(address, monotonic_id)
+        return live, self._check_header(address, monotonic_id)
 
     def _check_header(self, address: int, monotonic_id: int) -> int:
-        """Reader step d: return the chunk size after checking the header."""
+        """The chunk size at ``address`` after checking the header."""
         region = self.ring_buffer.data_region
         B = self.ring_buffer.data_buffer_size
         offset = address % B
@@ -458,51 +554,83 @@ class SingleWriterShmObjectStorage:
     ) -> Any:
         """Return the object stored under handle ``(address, monotonic_id)``.
 
-        Reader: steps a-h of the class docstring; the read is counted
-        (``reader_count += 1`` under the reader lock).  Raises
+        Reader: the hazard-pin protocol of the class docstring; the read is
+        acknowledged in this reader's slot when the chunk was live.  Raises
         :class:`BadHandleFields`, :class:`MissingSignature`,
-        :class:`BadSignature` or :class:`StaleHandle` (all ``ValueError``).
+        :class:`BadSignature` or :class:`StaleHandle` (all ``ValueError``),
+        ``WrongProcess`` in a forked copy of the view, ``BufferError`` when
+        the serde kept the shared view (see :mod:`shmspec.impl.serde`).
 
         Writer: ``(address, id)`` must be a live chunk of its private metadata
-        (else :class:`StaleHandle`); the signature is not needed and the read
-        is not counted (vLLM 0.11+).
+        (else :class:`StaleHandle`); no signature is needed.  Counted only when
+        the writer was given the readers' lock (vLLM 0.33.0).
         """
         if self.is_writer:
             return self._writer_get(address, monotonic_id)
-        cand, abs_end = self._authenticate(address, monotonic_id, signature, key)
-        self._check_live(cand, abs_end, address, monotonic_id)
-        size = self._check_header(address, monotonic_id)
+        cand = self._authenticate(address, monotonic_id, signature, key)
+        with self._rlock:
+            if os.getpid() != self._pid:
+                raise WrongProcess("reader", self._pid, os.getpid())
+            table = self.ring_buffer.reader_table
+            words, at = table.words, table.pin_index(self._slot)
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("pin")
+            self._seq += 1
+            words[at] = pin_word(self._seq, cand)
+            fence()
+            try:
+                live, size = self._validate(cand, address, monotonic_id)
+                value = self._deserialize(address, size)
+                if live:
+                    if yieldpoints.HOOK is not None:
+                        yieldpoints.HOOK("counter_increment")
+                    ack = table.ack_index(self._slot, cand)
+                    words[ack] += 1
+            finally:
+                words[at] = 0
+        return value
+
+    def _deserialize(self, address: int, size: int) -> Any:
         region = self.ring_buffer.data_region
         offset = address % self.ring_buffer.data_buffer_size
-        if yieldpoints.HOOK is not None:
-            yieldpoints.HOOK("payload_read")
-        payload = bytes(region[offset + layout.OBJECT_HEADER : offset + size])
-        self._check_live(cand, abs_end, address, monotonic_id)
-        count_at = offset + layout.MD_SIZE
-        with self._locked():
-            self._check_live(cand, abs_end, address, monotonic_id)
+        lo, hi = offset + layout.OBJECT_HEADER, offset + size
+        if self._keeps_buffer:
             if yieldpoints.HOOK is not None:
-                yieldpoints.HOOK("counter_increment")
-            count = bytes_to_int32(region[count_at : count_at + self.flag_bytes])
-            region[count_at : count_at + self.flag_bytes] = int32_to_bytes(
-                min(count + 1, layout.INT32_MAX)
-            )
+                yieldpoints.HOOK("payload_read")
+            payload = bytes(region[lo:hi])
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("deserialize")
+            return self.ser_de.deserialize(memoryview(payload))
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("deserialize")
-        return self.ser_de.deserialize(memoryview(payload))
+        view = region[lo:hi]
+        try:
+            value = self.ser_de.deserialize(view)
+        finally:
+            try:
+                view.release()
+            except BufferError:
+                raise BufferError(
+                    f"{type(self.ser_de).__name__}.deserialize kept a view of shared memory, which the writer "
+                    "reuses once the chunk is reclaimed; copy what the value keeps, or declare "
+                    "keeps_buffer = True on the serde class to be handed a private copy"
+                ) from None
+        return value
 
     def _writer_get(self, address: Any, monotonic_id: Any) -> Any:
-        signing.validate_handle_fields(address, monotonic_id)
-        ring = self.ring_buffer
-        if (
-            ring.metadata.get(monotonic_id) != address
-            or ring.abs_of(monotonic_id) >= ring.published_abs_end()
-        ):
-            raise StaleHandle(address, monotonic_id)
-        size = ring.chunk_size(monotonic_id)
-        offset = address % ring.data_buffer_size
-        payload = bytes(ring.data_region[offset + layout.OBJECT_HEADER : offset + size])
-        return self.ser_de.deserialize(memoryview(payload))
+        with self._writer_op("read objects"):
+            signing.validate_handle_fields(address, monotonic_id)
+            ring = self.ring_buffer
+            abs_counter = ring.abs_of(monotonic_id)
+            if ring.metadata.get(monotonic_id) != address or abs_counter >= ring.published_abs_end():
+                raise StaleHandle(address, monotonic_id)
+            value = self._deserialize(address, ring.chunk_size(monotonic_id))
+            if self._reader_lock is not None:  # vLLM 0.33.0: a writer with the lock counts its gets
+                table = ring.reader_table
+                if self._slot is None:
+                    self._slot = table.claim()
+                table.words[table.ack_index(self._slot, abs_counter)] += 1
+            return value
 
     def touch(
         self,
@@ -514,24 +642,29 @@ class SingleWriterShmObjectStorage:
         """Writer: protect ``key``'s chunk from reclaim until the next
         :meth:`get_cached` of it or :meth:`release_touches` (unknown key: no-op).
 
-        Reader: validate the handle only (steps a-d, then liveness once more);
-        nothing else is read and nothing is counted.  Raises as :meth:`get`.
-        Both mirror vLLM >= 0.32.
+        Reader: validate the handle only (fields, signature, then liveness or
+        drain and the header, then liveness again); nothing is read beyond the
+        header and nothing is counted.  Raises as :meth:`get`.  Both mirror
+        vLLM >= 0.32.
         """
         if self.is_writer:
-            entry = self.key_index.get(key) if isinstance(key, str) else None
-            if entry is not None:
-                self._touched.add(entry[1])
-            return None
-        cand, abs_end = self._authenticate(address, monotonic_id, signature, key)
-        self._check_live(cand, abs_end, address, monotonic_id)
-        self._check_header(address, monotonic_id)
-        self._check_live(cand, abs_end, address, monotonic_id)
+            with self._writer_op("touch objects"):
+                entry = self._key_index.get(key) if isinstance(key, str) else None
+                if entry is not None:
+                    self._touched.add(entry[1])
+                return None
+        cand = self._authenticate(address, monotonic_id, signature, key)
+        self._validate(cand, address, monotonic_id)
+        self._validate(cand, address, monotonic_id)
         return None
 
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
-        """Close the segment (the writer also unlinks it); idempotent."""
+        """Close the segments (the writer also unlinks them); a reader gives
+        its slot back; idempotent."""
+        table = self.ring_buffer.reader_table
+        if not self.is_writer and table is not None and self._slot is not None and os.getpid() == self._pid:
+            table.release(self._slot)
         self.ring_buffer.close()
 
     def handle(self) -> ShmObjectStorageHandle:
@@ -546,7 +679,7 @@ class SingleWriterShmObjectStorage:
 
     @classmethod
     def create_from_handle(cls, handle: ShmObjectStorageHandle) -> "SingleWriterShmObjectStorage":
-        """Build a reader view from ``handle`` (attaches to the named segment).
+        """Build a reader view from ``handle`` (attaches to the named segments).
 
         Called on the class like vLLM's static method; a subclass gets reader
         views of its own class.  ``handle.reader_lock`` None ->

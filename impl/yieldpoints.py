@@ -10,21 +10,27 @@ Each hook fires just *before* the step it names.
 
 Read path (reader ``get`` / ``touch``):
 
-* ``reader_check``      -- before every liveness check against ``abs_start``
-  (first check, the post-copy re-check, and the check under the reader lock).
-* ``payload_read``      -- before the payload is copied out of shared memory.
-* ``counter_increment`` -- under the reader lock, after the last liveness
-  re-check and before ``reader_count`` is incremented (the one known window,
-  see :class:`shmspec.impl.storage.SingleWriterShmObjectStorage`).
-* ``deserialize``       -- before the private copy is deserialized.
+* ``pin``               -- before a reader publishes its hazard pin on the handle's allocation.
+* ``reader_check``      -- before a reader validates the handle against the
+  control block (live, or an intact drain chunk) and the chunk header.
+* ``payload_read``      -- before a serde that keeps its input is handed a
+  private copy of the payload (``keeps_buffer``), the copy being made.
+* ``deserialize``       -- before the serde deserializes (straight from shared
+  memory, under the pin; or from the private copy).
+* ``counter_increment`` -- before the reader acknowledges its read in its slot.
 
 Write path (writer):
 
+* ``pin_scan``      -- after a put published what its allocation kills and
+  fenced, before it reads the readers' pins (and waits for those on chunks
+  that are no longer live).
+* ``pin_wait``      -- each round of the writer's wait for such a pin to be
+  released (a scheduler treats the writer as blocked until the reader moves).
 * ``header_write``  -- before a new chunk's ``[id][chunk_size]`` header is written.
-* ``payload_write`` -- before ``[reader_count][metadata][data]`` is written.
+* ``payload_write`` -- before ``[0][metadata][data]`` is written.
 * ``publish``       -- before ``abs_end`` is published in the control block.
 * ``free_step``     -- before one chunk is reclaimed (``abs_start`` advanced).
-* ``clear``         -- before ``clear()`` publishes ``abs_start = abs_end``.
+* ``clear``         -- before ``clear()`` opens the drain window and publishes ``abs_start = abs_end``.
 """
 
 from __future__ import annotations
@@ -33,7 +39,7 @@ from collections.abc import Callable
 
 HOOK: Callable[[str], None] | None = None
 
-READ_POINTS = ("reader_check", "payload_read", "counter_increment", "deserialize")
-WRITE_POINTS = ("header_write", "payload_write", "publish", "free_step", "clear")
+READ_POINTS = ("pin", "reader_check", "payload_read", "deserialize", "counter_increment")
+WRITE_POINTS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
 # The names are the model's atomic steps (shmspec.model.steps); tests/test_steps.py
 # checks that these tuples, the call sites in impl/ and the model agree.

@@ -109,12 +109,20 @@ class MissingSignature(BadSignature):
 class BadHandleFields(StoreError, ValueError):
     """Handle fields of the wrong type or range: address not an int in
     ``[0, 2**64)``, id not an int in ``[0, 2**31)``, signature not 32 ints in
-    ``[0, 255]``, key not a str.  Raised before anything is read."""
+    ``[0, 255]``, key not a str.  Raised before anything is read.
+
+    The message is vLLM 0.33.0's for every handle it rejects (``Invalid SHM
+    handle signature for cache key.``: vLLM checks the signature's shape and
+    then the HMAC, which no id outside ``[0, 2**31)`` can pass); which field
+    was wrong is kept in :attr:`detail`.
+    """
 
     kind = "BadHandleFields"
+    MESSAGE = "Invalid SHM handle signature for cache key."
 
-    def __init__(self, message: str):
-        super().__init__(f"Invalid SHM handle fields: {message}")
+    def __init__(self, detail: str):
+        super().__init__(self.MESSAGE)
+        self.detail = detail
 
 
 class UnknownKey(StoreError, KeyError):
@@ -154,6 +162,96 @@ class LockTimeout(StoreError, RuntimeError):
         self.seconds = seconds
 
 
+class TooManyReaders(StoreError, ValueError):
+    """More reader views than ``n_readers`` (impl segment v2: one slot per reader).
+
+    Each of the ``n_readers`` readers must read every handle once before its
+    chunk is reclaimed, so a store cannot count a reader it has no slot for.
+    A writer built with the readers' lock takes a slot at its first ``get``.
+    """
+
+    kind = "TooManyReaders"
+
+    def __init__(self, n_readers: int):
+        super().__init__(
+            f"All {n_readers} reader slots of this store are taken (n_readers={n_readers}); "
+            "close a reader view or build the store with more readers"
+        )
+        self.n_readers = n_readers
+
+
+class GeometryMismatch(StoreError, ValueError):
+    """A reader built with arguments that disagree with the segment's recorded
+    geometry (``data_buffer_size``, ``n_readers``, ``max_object_size``, bytes)."""
+
+    kind = "GeometryMismatch"
+
+    def __init__(self, name: str, given: object, recorded: object, segment: str = ""):
+        where = f" of segment {segment!r}" if segment else ""
+        super().__init__(f"Reader built with {name}={given!r}, but the writer{where} recorded {recorded!r}")
+        self.name = name
+
+
+class SharedMemoryFull(StoreError, OSError):
+    """The shared-memory filesystem cannot hold a new segment (``ENOSPC``).
+
+    impl reserves every byte of its segments when it creates them, so a
+    ``/dev/shm`` that is too small is reported here, at construction, instead
+    of killing the process with SIGBUS at a later write.
+    """
+
+    kind = "SharedMemoryFull"
+
+    def __init__(self, name: str, nbytes: int, free: int | None):
+        import errno
+
+        room = f"{free} bytes free" if free is not None else "free space unknown"
+        super().__init__(
+            errno.ENOSPC,
+            f"Cannot reserve {nbytes} bytes for shared-memory segment {name!r} in /dev/shm ({room}); "
+            "enlarge /dev/shm (docker: --shm-size) or build a smaller ring",
+        )
+        self.nbytes = nbytes
+        self.free = free
+
+    def __str__(self) -> str:
+        return str(self.strerror)
+
+
+class ReaderStalled(StoreError, RuntimeError):
+    """The writer waited too long (seconds) for a reader to finish reading a
+    chunk whose memory it must reuse (impl segment v2: a hazard pin held past
+    ``PIN_TIMEOUT``); the put changed nothing."""
+
+    kind = "ReaderStalled"
+
+    def __init__(self, seconds: float, reader: int, pid: int):
+        super().__init__(
+            f"Reader slot {reader} (pid {pid}) has been reading a reclaimed chunk for {seconds:g} s; "
+            "the writer cannot reuse its memory (is that reader stopped?)"
+        )
+        self.seconds = seconds
+        self.reader = reader
+        self.pid = pid
+
+
+class WrongProcess(StoreError, RuntimeError):
+    """A writer or reader view used in a process other than the one that built
+    it (a forked copy).  The writer's indexes live in its own process, so a
+    copy would allocate over its chunks (SW); a reader's slot belongs to the
+    view that claimed it.  Build a reader per process (``create_from_handle``)."""
+
+    kind = "WrongProcess"
+
+    def __init__(self, role: str, owner_pid: int, pid: int):
+        super().__init__(
+            f"This {role} view was built in process {owner_pid} and cannot be used in process {pid}"
+            + (" (one writer per store)" if role == "writer" else "; build one per process with create_from_handle")
+        )
+        self.owner_pid = owner_pid
+        self.pid = pid
+
+
 ALL_ERRORS: tuple[type[StoreError], ...] = (
     DuplicateKey,
     ObjectTooLarge,
@@ -166,6 +264,11 @@ ALL_ERRORS: tuple[type[StoreError], ...] = (
     UnknownKey,
     NotWriter,
     LockTimeout,
+    TooManyReaders,
+    GeometryMismatch,
+    SharedMemoryFull,
+    ReaderStalled,
+    WrongProcess,
 )
 
 ERROR_KINDS: frozenset[str] = frozenset(c.kind for c in ALL_ERRORS)

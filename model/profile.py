@@ -36,6 +36,20 @@ class Profile:
         data_offset: physical offset of the data region in the segment, bytes
             (32 where a signing secret precedes it).
         has_close: the storage has ``close()`` (vLLM >= 0.15).
+        per_reader: reads are counted per reader (impl segment v2): a chunk
+            is free when *every* reader has read it ``writer_count`` times,
+            so one reader's surplus reads never stand in for another's (RC's
+            per-reader form); at most ``n_readers`` readers attach
+            (``TooManyReaders``).  Otherwise vLLM's aggregate
+            ``reader_count >= writer_count * n_readers``.
+        drain: CLR as vLLM's drain contract, exactly: a reader's handle of a
+            chunk dropped by the latest ``clear()`` still returns its object
+            while no later allocation overlaps the chunk and fewer than
+            ``max_chunks`` allocations followed it (impl).  Without it a
+            pre-clear handle is stale at once (``lenient_stale`` profiles may
+            return the original object either way).
+        chunk_cap: at most ``max_chunks`` chunks are live (:func:`impl_max_chunks`
+            of the ring size); a put beyond it is ``OutOfSpace`` (impl).
     """
 
     name: str
@@ -46,6 +60,15 @@ class Profile:
     lenient_stale: bool = True
     data_offset: int = 0
     has_close: bool = False
+    per_reader: bool = False
+    drain: bool = False
+    chunk_cap: bool = False
+
+
+def impl_max_chunks(data_buffer_size: int) -> int:
+    """impl's live-chunk bound ``K`` for a ring of ``data_buffer_size`` bytes:
+    ``max(1024, B // 4096)`` (one 8-byte ack word per chunk and reader)."""
+    return max(1024, data_buffer_size // 4096)
 
 
 VLLM_0_11 = Profile("vllm-0.11", clear_keeps_ids=False, signed=False, touch="none")
@@ -70,10 +93,28 @@ IMPL = Profile(
     lenient_stale=False,
     data_offset=32,
     has_close=True,
+    per_reader=True,
+    drain=True,
+    chunk_cap=True,
 )
+IMPL_STRICT = Profile(
+    "impl-strict",
+    clear_keeps_ids=True,
+    signed=True,
+    touch="protecting",
+    bind_generation=True,
+    lenient_stale=False,
+    data_offset=32,
+    has_close=True,
+    per_reader=True,
+    drain=False,
+    chunk_cap=True,
+)
+"""impl's contract with the stricter CLR: no handle issued before a
+``clear()`` resolves after it (for stores that choose it)."""
 
 PROFILES: dict[str, Profile] = {
-    p.name: p for p in (VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, IMPL)
+    p.name: p for p in (VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, IMPL, IMPL_STRICT)
 }
 
 

@@ -11,14 +11,17 @@ targets it cannot edit.  ``tests/test_steps.py`` keeps the sets equal.
 from __future__ import annotations
 
 READ_STEPS: dict[str, str] = {
-    "reader_check": "a reader compares the handle with the published live window (abs_start, abs_end)",
+    "pin": "a reader publishes its hazard pin on the handle's allocation, then fences (impl)",
+    "reader_check": "a reader compares the handle with the published live window (abs_start, abs_end) or the drain window",
     "payload_read": "a reader copies the chunk's payload bytes out of shared memory",
-    "counter_increment": "a reader adds one to the chunk's reader_count, under the reader lock",
     "deserialize": "a reader turns payload bytes into an object",
+    "counter_increment": "a reader counts its read: impl in its own ack word, vLLM in the in-band reader_count under the lock",
 }
 """Steps of a reader's ``get`` (``touch`` stops after its checks)."""
 
 WRITE_STEPS: dict[str, str] = {
+    "pin_scan": "the writer reads the readers' pins and waits for those on chunks no longer live (impl)",
+    "pin_wait": "the writer waits until a reader releases its pin on a chunk no longer live (impl)",
     "header_write": "the writer writes a new chunk's [id][chunk_size] header",
     "payload_write": "the writer writes [reader_count=0][metadata][data]",
     "publish": "the writer makes the new chunk visible to readers (abs_end)",

@@ -18,6 +18,7 @@ from typing import Any
 
 from . import ring as _ring
 from .errors import (
+    TooManyReaders,
     BadHandleFields,
     BadSignature,
     DuplicateKey,
@@ -30,7 +31,7 @@ from .errors import (
     StoreError,
     UnknownKey,
 )
-from .profile import Profile
+from .profile import Profile, impl_max_chunks
 from .ring import ID_MAX, Chunk, Ring
 
 WRITER = "writer"
@@ -128,7 +129,15 @@ class State:
         n_readers: readers that must each read a handle once per promise.
         ring: the writer's ring, live chunks oldest first.
         abs_end: allocations ever made (never wraps or resets).
-        readers: names of attached reader views.
+        readers: names of attached reader views (in attach order: impl's
+            reader slots).
+        max_chunks: the live-chunk bound (``Profile.chunk_cap``), else None.
+        drain: chunks dropped by the latest ``clear()`` that a reader's handle
+            still resolves to (``Profile.drain``): none of their bytes was
+            allocated since, and fewer than ``max_chunks`` allocations followed.
+        writer_lock: the construction: the writer was given the readers' lock,
+            so its gets are counted (vLLM 0.33.0) as those of a reader named
+            :data:`WRITER` (per reader: it takes a slot at its first get).
     """
 
     profile: Profile
@@ -137,6 +146,9 @@ class State:
     ring: Ring
     abs_end: int = 0
     readers: tuple[str, ...] = ()
+    max_chunks: int | None = None
+    drain: tuple[Chunk, ...] = ()
+    writer_lock: bool = False
 
     @property
     def key_index(self) -> dict[str, tuple[int, int]]:
@@ -170,16 +182,19 @@ class State:
 
 
 def initial(
-    profile: Profile, data_buffer_size: int, max_object_size: int, n_readers: int
+    profile: Profile, data_buffer_size: int, max_object_size: int, n_readers: int, writer_lock: bool = False
 ) -> State:
-    """A fresh writer: empty ring of ``data_buffer_size`` bytes, no readers.
+    """A fresh writer: empty ring of ``data_buffer_size`` bytes, no readers;
+    ``writer_lock``: the construction (see :attr:`State.writer_lock`).
 
     Raises:
         ValueError: a size or count is not positive.
     """
     if data_buffer_size <= 0 or max_object_size <= 0 or n_readers <= 0:
         raise ValueError("data_buffer_size, max_object_size and n_readers must be positive")
-    return State(profile, max_object_size, n_readers, Ring(size=data_buffer_size))
+    cap = impl_max_chunks(data_buffer_size) if profile.chunk_cap else None
+    return State(profile, max_object_size, n_readers, Ring(size=data_buffer_size), max_chunks=cap,
+                 writer_lock=writer_lock)
 
 
 def reads_complete(reader_count: Any, writer_count: Any, n_readers: Any) -> Any:
@@ -190,10 +205,32 @@ def reads_complete(reader_count: Any, writer_count: Any, n_readers: Any) -> Any:
     return reader_count >= writer_count * n_readers
 
 
+def reader_slots(state: State) -> tuple[str, ...]:
+    """The readers whose reads count, one per slot (``Profile.per_reader``): the
+    first ``n_readers`` attached; a slot no reader holds yet reads nothing."""
+    return state.readers[: state.n_readers]
+
+
+def per_reader_complete(reads: Any, writer_count: int, n_readers: int) -> bool:
+    """RC's per-reader form: ``n_readers`` slots each with at least
+    ``writer_count`` reads (``reads``: the per-slot counts, missing slots 0)."""
+    counts = list(reads)[:n_readers]
+    counts += [0] * (n_readers - len(counts))
+    return all(c >= writer_count for c in counts)
+
+
 def is_free(state: State, chunk: Chunk) -> bool:
-    """The reclaim predicate (RC): all promised reads counted and not protected."""
+    """The reclaim predicate (RC): all promised reads counted and not protected.
+
+    Aggregate (vLLM): ``reader_count >= writer_count * n_readers``; per reader
+    (``Profile.per_reader``): every reader slot read it ``writer_count`` times.
+    """
     if chunk.protected:
         return False
+    if state.profile.per_reader:
+        reads = dict(chunk.reads)
+        return per_reader_complete([reads.get(r, 0) for r in reader_slots(state)], chunk.writer_count,
+                                   state.n_readers)
     return reads_complete(chunk.reader_count, chunk.writer_count, state.n_readers)
 
 
@@ -217,24 +254,58 @@ def _is_int(x: Any) -> bool:
 
 
 def _check_handle(state: State, a: Action) -> tuple[Chunk | None, Outcome | None]:
-    """Validate a reader's handle.  Returns the resolved chunk, or an error outcome."""
+    """Validate a handle.  Returns the chunk it resolves to (live, or a drain
+    chunk for a reader: see :func:`resolve_drain`), or an error outcome.
+
+    Order (vLLM 0.33.0): a signed reader call without signature or key is
+    ``MissingSignature``; then malformed fields ``BadHandleFields``; then the
+    signature ``BadSignature``; then liveness ``StaleHandle``."""
     p = state.profile
     address, id_ = a.arg("address"), a.arg("id")
     fields_also = frozenset() if not p.lenient_stale else frozenset({"BadSignature", "StaleHandle"})
+    signed_reader = p.signed and a.process != WRITER
+    if signed_reader and (a.arg("signature") is None or a.arg("key") is None):
+        return None, _err(MissingSignature())
     if not (_is_int(address) and 0 <= address < 2**64 and _is_int(id_) and 0 <= id_ < ID_MAX):
         return None, _err(BadHandleFields("address/id"), also=fields_also)
-    if p.signed and a.process != WRITER:
+    if signed_reader:
         sig, key = a.arg("signature"), a.arg("key")
-        if sig is None or key is None:
-            return None, _err(MissingSignature())
         if not isinstance(sig, Sig) or not isinstance(key, str):
             return None, _err(BadHandleFields("signature/key"), also=fields_also)
         if sig != Sig(key, address, id_, state.generation_of(id_)):
             return None, _err(BadSignature())
     chunk = state.resolve(address, id_)
+    if chunk is None and a.process != WRITER:
+        chunk = resolve_drain(state, address, id_)
     if chunk is None:
         return None, _err(StaleHandle(address, id_), stale_may_return=p.lenient_stale)
     return chunk, None
+
+
+def resolve_drain(state: State, address: int, id_: int) -> Chunk | None:
+    """The drain chunk (``State.drain``) a reader's handle resolves to: same id
+    and physical offset; None when there is none (CLR, ``Profile.drain``)."""
+    B = state.ring.size
+    for c in state.drain:
+        if c.id == id_ and c.address % B == address % B:
+            return c
+    return None
+
+
+def _overlaps(a: Chunk, b: Chunk, ring_size: int) -> bool:
+    a0, b0 = a.address % ring_size, b.address % ring_size
+    return a0 < b0 + b.size and b0 < a0 + a.size
+
+
+def _after_allocation(s: State, new: Chunk) -> State:
+    """Drop the drain chunks allocation ``new`` ends: those it overlaps, and
+    those ``max_chunks`` or more allocations old (their ack word is reused)."""
+    if not s.drain:
+        return s
+    cap = s.max_chunks
+    keep = tuple(c for c in s.drain if not _overlaps(c, new, s.ring.size)
+                 and (cap is None or new.abs_id - c.abs_id < cap))
+    return replace(s, drain=keep)
 
 
 def step(state: State, action: Action) -> tuple[State, Outcome]:
@@ -269,14 +340,26 @@ def _put(s: State, a: Action) -> tuple[State, Outcome]:
         return s, _err(ObjectTooLarge(nbytes, s.max_object_size))
     fields = dict(key=key, value=a.arg("value"), writer_count=1)
     try:
-        ring, chunk = _ring.allocate(s.ring, nbytes, s.abs_end, **fields)
+        ring, chunk = _allocate(s, nbytes, fields)
     except OutOfSpace:
         s = _free_unused(s)
         try:
-            ring, chunk = _ring.allocate(s.ring, nbytes, s.abs_end, **fields)
+            ring, chunk = _allocate(s, nbytes, fields)
         except OutOfSpace as exc:
             return s, _err(exc)
-    return replace(s, ring=ring, abs_end=s.abs_end + 1), Outcome(value=chunk.handle)
+    s = _after_allocation(replace(s, ring=ring, abs_end=s.abs_end + 1), chunk)
+    return s, Outcome(value=chunk.handle)
+
+
+def _allocate(s: State, nbytes: int, fields: dict[str, Any]) -> tuple[Ring, Chunk]:
+    """The ring's allocation, with the live-chunk bound (``Profile.chunk_cap``).
+
+    Raises:
+        OutOfSpace: no contiguous room, or ``max_chunks`` chunks are live.
+    """
+    if s.max_chunks is not None and len(s.ring.chunks) >= s.max_chunks:
+        raise OutOfSpace(f"{len(s.ring.chunks)} chunks are live (max_chunks={s.max_chunks})")
+    return _ring.allocate(s.ring, nbytes, s.abs_end, **fields)
 
 
 def _get_cached(s: State, a: Action) -> tuple[State, Outcome]:
@@ -313,7 +396,20 @@ def _writer_get(s: State, a: Action) -> tuple[State, Outcome]:
     chunk, err = _check_handle(s, a)
     if err is not None:
         return s, err
-    return s, Outcome(value=chunk.value)
+    if not s.writer_lock:
+        return s, Outcome(value=chunk.value)
+    if s.profile.per_reader and WRITER not in s.readers:  # the writer takes a reader slot
+        if len(s.readers) >= s.n_readers:
+            return s, _err(TooManyReaders(s.n_readers))
+        s = replace(s, readers=s.readers + (WRITER,))
+        chunk = s.resolve(a.arg("address"), a.arg("id"))
+    return _count_read(s, chunk, WRITER), Outcome(value=chunk.value)
+
+
+def _count_read(s: State, chunk: Chunk, reader: str) -> State:
+    reads = dict(chunk.reads)
+    reads[reader] = reads.get(reader, 0) + 1
+    return _update(s, chunk, reader_count=chunk.reader_count + 1, reads=tuple(sorted(reads.items())))
 
 
 def _get(s: State, a: Action) -> tuple[State, Outcome]:
@@ -322,10 +418,9 @@ def _get(s: State, a: Action) -> tuple[State, Outcome]:
     chunk, err = _check_handle(s, a)
     if err is not None:
         return s, err
-    reads = dict(chunk.reads)
-    reads[a.process] = reads.get(a.process, 0) + 1
-    s = _update(s, chunk, reader_count=chunk.reader_count + 1, reads=tuple(sorted(reads.items())))
-    return s, Outcome(value=chunk.value)
+    if chunk in s.drain:  # a pre-clear handle draining: read, not counted
+        return s, Outcome(value=chunk.value)
+    return _count_read(s, chunk, a.process), Outcome(value=chunk.value)
 
 
 def _touch(s: State, a: Action) -> tuple[State, Outcome]:
@@ -365,7 +460,8 @@ def _release_touches(s: State, a: Action) -> tuple[State, Outcome]:
 def _clear(s: State, a: Action) -> tuple[State, Outcome]:
     if a.process != WRITER:
         return s, Outcome()  # vLLM: clear() on a reader view does nothing
-    return replace(s, ring=_ring.clear(s.ring, s.profile.clear_keeps_ids)), Outcome()
+    drain = s.ring.chunks if s.profile.drain else ()
+    return replace(s, ring=_ring.clear(s.ring, s.profile.clear_keeps_ids), drain=drain), Outcome()
 
 
 def _free_unused_action(s: State, a: Action) -> tuple[State, Outcome]:
@@ -379,6 +475,8 @@ def _attach_reader(s: State, a: Action) -> tuple[State, Outcome]:
         return s, _err(MissingReaderLock())
     if a.process in s.readers or a.process == WRITER:
         raise ValueError(f"reader {a.process!r} is already attached")
+    if s.profile.per_reader and len(s.readers) >= s.n_readers:
+        return s, _err(TooManyReaders(s.n_readers))
     return replace(s, readers=s.readers + (a.process,)), Outcome()
 
 

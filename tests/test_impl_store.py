@@ -251,12 +251,43 @@ def test_pickle_serde_roundtrip_and_vllm_layout(make_store):
     assert read(writer, reader, "v") == value
 
 
-def test_serde_gets_a_private_immutable_copy_it_may_keep(make_store):
-    """impl/serde.py's contract: the view a reader's serde gets is over a
-    ``bytes`` object of its own, so a serde that keeps it (no second copy)
-    still holds the right object after the writer reuses the chunk."""
+def test_serde_reads_shared_memory_once_and_must_not_keep_it(make_store):
+    """impl/serde.py's contract (segment v2): a serde is handed a view of the
+    segment itself, valid during the call (one copy: the serde's own); a
+    value that still exports that view is refused with BufferError, and the
+    reader's pin is released either way."""
+    seen = []
+
+    class LookingSerde(RawSerde):
+        def deserialize(self, data):
+            seen.append(type(data.obj).__name__)
+            return bytes(data)
+
+    class ExportingSerde(RawSerde):
+        def deserialize(self, data):
+            return pickle.PickleBuffer(data)  # holds an export of the shared view
+
+    writer, reader = make_store(100, 40, serde=LookingSerde)
+    writer.put("a", b"a" * 20)
+    assert read(writer, reader, "a") == b"a" * 20
+    assert seen == ["mmap"]  # the segment's own buffer, no private copy
+
+    writer, reader = make_store(100, 40, serde=ExportingSerde)
+    writer.put("a", b"a" * 20)
+    with pytest.raises(BufferError, match="kept a view of shared memory"):
+        read(writer, reader, "a")
+    table = reader.ring_buffer.reader_table
+    assert table.pins() == [0]
+
+
+def test_keeps_buffer_serde_gets_a_private_immutable_copy(make_store):
+    """A serde that declares ``keeps_buffer = True`` is handed a ``bytes``
+    object of its own instead, so keeping it (no second copy) still holds
+    the right object after the writer reuses the chunk."""
 
     class KeepingSerde(RawSerde):
+        keeps_buffer = True
+
         def deserialize(self, data):
             assert type(data.obj) is bytes  # not a view of the segment
             return data  # kept, not copied
@@ -294,18 +325,40 @@ def test_stale_handle_after_free_and_reuse(make_store):
         writer.get(*handle)
 
 
-def test_stale_handle_after_clear(make_store):
+def test_pre_clear_handle_drains_until_its_bytes_are_reused(make_store):
+    """CLR, vLLM's drain contract: after clear() a pre-clear handle still reads
+    its own object while no allocation reached its bytes; from then on it is
+    stale, never another object (ids keep increasing)."""
+    writer, reader = make_store(100, 40)
+    pad = writer.put("pad", b"p" * 20)  # chunk 32 at 0
+    pad_signature = writer.get_signature("pad")
+    handle = writer.put("k", b"k" * 10)  # chunk 22 at 32
+    assert handle == (32, 1)
+    signature = writer.get_signature("k")
+    writer.clear()
+    assert writer.key_index == {} and writer.ring_buffer.monotonic_id_start == 2
+    assert reader.get(*handle, signature, "k") == b"k" * 10  # drained: not counted
+    reader.touch("k", *handle, signature)
+    assert writer.put("x", b"x" * 20) == (0, 2)  # bytes [0, 32): k untouched
+    assert reader.get(*handle, signature, "k") == b"k" * 10
+    assert writer.put("y", b"y" * 4) == (32, 3)  # reaches k's bytes
+    with pytest.raises(StaleHandle):
+        reader.get(*handle, signature, "k")
+    with pytest.raises(StaleHandle):
+        reader.touch("k", *handle, signature)
+    with pytest.raises(StaleHandle):  # pad's bytes were reused first
+        reader.get(*pad, pad_signature, "pad")
+    assert read(writer, reader, "y") == b"y" * 4
+
+
+def test_second_clear_ends_the_first_drain(make_store):
     writer, reader = make_store(100, 40)
     handle = writer.put("k", b"k" * 10)
     signature = writer.get_signature("k")
     writer.clear()
-    assert writer.key_index == {} and writer.ring_buffer.monotonic_id_start == 1
+    writer.clear()
     with pytest.raises(StaleHandle):
         reader.get(*handle, signature, "k")
-    assert writer.put("k", b"K" * 10) == (0, 1)
-    with pytest.raises(StaleHandle):
-        reader.get(*handle, signature, "k")
-    assert read(writer, reader, "k") == b"K" * 10
 
 
 def test_forged_or_altered_handles_rejected(make_store):
@@ -364,10 +417,12 @@ def test_forged_or_altered_handles_rejected(make_store):
     ],
 )
 def test_bad_handle_fields(make_store, address, monotonic_id, signature, key):
+    """vLLM 0.33.0's message for every malformed handle; the field is named
+    in ``detail``."""
     _, reader = make_store(100, 40)
-    with pytest.raises(ValueError, match="Invalid SHM handle fields") as info:
+    with pytest.raises(ValueError, match=r"^Invalid SHM handle signature for cache key\.$") as info:
         reader.get(address, monotonic_id, signature, key)
-    assert isinstance(info.value, BadHandleFields)
+    assert isinstance(info.value, BadHandleFields) and info.value.detail
     with pytest.raises(BadHandleFields):
         reader.touch(key, address, monotonic_id, signature)
 
@@ -421,32 +476,58 @@ def test_old_id_generation_signature_rejected(make_store):
     assert read(writer, reader, "k") == b"gen1"
 
 
-@pytest.mark.parametrize("point", ["reader_check", "payload_read", "counter_increment"])
-def test_writer_interleaving_at_read_yield_points(make_store, point):
+@pytest.mark.parametrize("point", ["pin", "reader_check", "deserialize", "counter_increment"])
+def test_writer_reuse_during_a_read_waits_for_the_pin(make_store, point):
+    """A reader thread stops at ``point`` of a get; the writer clears and puts
+    over the handle's bytes.  Before the pin the writer runs through and the
+    reader then finds the handle stale; once pinned, the put waits for the
+    reader (pin_wait), which returns its own object or, if it had not
+    validated yet, StaleHandle -- never the new bytes."""
     writer, reader = make_store(100, 40)
     handle = writer.put("k", b"A" * 20)
     signature = writer.get_signature("k")
-    fired = []
+    at_point, resume = threading.Event(), threading.Event()
+    main = threading.current_thread()
+    waits = []
 
     def hook(name):
-        if name == point and not fired:
-            fired.append(name)
-            writer.clear()  # everything dead; then reuse the same bytes
-            writer.put("other", b"B" * 20)
+        if threading.current_thread() is main:
+            if name == "pin_wait":
+                waits.append(name)
+                resume.set()  # the writer is blocked on the pin: let the reader go
+            return
+        if name == point and not at_point.is_set():
+            at_point.set()
+            assert resume.wait(10)
+
+    result = []
+
+    def get():
+        try:
+            result.append(reader.get(*handle, signature, "k"))
+        except StaleHandle as exc:
+            result.append(exc)
 
     yieldpoints.HOOK = hook
     try:
-        if point == "counter_increment":
-            # The documented window (clear between the re-check under the lock
-            # and the increment): the value returned is still the genuine
-            # private copy, never the reused bytes.
-            assert reader.get(*handle, signature, "k") == b"A" * 20
-        else:
-            with pytest.raises(StaleHandle):
-                reader.get(*handle, signature, "k")
+        t = threading.Thread(target=get)
+        t.start()
+        assert at_point.wait(10)
+        writer.clear()
+        if point == "pin":
+            resume.set()
+        assert writer.put("other", b"B" * 20) == (0, 1)  # the same bytes
+        t.join(10)
+        assert not t.is_alive()
     finally:
         yieldpoints.HOOK = None
-    assert fired == [point]
+    if point == "pin":
+        assert waits == [] and isinstance(result[0], StaleHandle)
+    elif point == "reader_check":
+        assert waits and isinstance(result[0], StaleHandle)  # the kill was published first
+    else:
+        assert waits and result == [b"A" * 20]
+    assert reader.ring_buffer.reader_table.pins() == [0]
 
 
 # ----------------------------------------------------------- writer semantics
@@ -709,3 +790,77 @@ def test_threaded_readers_never_return_recycled_bytes():
         sys.setswitchinterval(old_interval)
         for store in readers + [writer]:
             store.close()
+
+
+# ------------------------------------------------ segment v2: slots and caps
+def _store_with_cap(max_chunks, B=1000):
+    ring = SingleWriterShmRingBuffer(B, create=True, max_chunks=max_chunks)
+    writer = SingleWriterShmObjectStorage(100, 1, ring, RawSerde)
+    reader = SingleWriterShmObjectStorage.create_from_handle(
+        ShmObjectStorageHandle(100, 1, ring.handle(), RawSerde, threading.Lock()))
+    return writer, reader
+
+
+def test_live_chunk_cap_is_out_of_space_until_reclaim():
+    writer, reader = _store_with_cap(2)
+    try:
+        a = writer.put("a", b"a")
+        writer.put("b", b"b")
+        with pytest.raises(OutOfSpace, match="max_chunks=2"):
+            writer.put("c", b"c")
+        assert sorted(writer.key_index) == ["a", "b"]
+        assert reader.get(*a, writer.get_signature("a"), "a") == b"a"
+        writer.put("c", b"c")  # the retry's reclaim freed a
+        assert sorted(writer.key_index) == ["b", "c"]
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_drain_ends_when_the_ack_word_is_taken_over():
+    """A pre-clear chunk whose ack word a later allocation takes over
+    (``max_chunks`` allocations later) stops resolving, even with its bytes
+    intact: the model's ``test_drain_chunk_ends_when_its_ack_word_is_reused``."""
+    writer, reader = _store_with_cap(2)
+    try:
+        writer.put("pad", b"p" * 26)  # chunk 38 at 0
+        a = writer.put("a", b"a")  # chunk 13 at 38
+        sig = writer.get_signature("a")
+        writer.clear()
+        writer.put("b", b"b")  # at 0: ends pad's drain only
+        assert reader.get(*a, sig, "a") == b"a"
+        writer.put("c", b"c")  # allocation 3 takes allocation 1's ack word
+        with pytest.raises(StaleHandle):
+            reader.get(*a, sig, "a")
+    finally:
+        reader.close()
+        writer.close()
+
+
+def test_too_many_readers_and_slot_reuse_after_close(make_store):
+    writer, reader = make_store(100, 40)
+    handle = ShmObjectStorageHandle(40, 1, writer.ring_buffer.handle(), RawSerde, threading.Lock())
+    from shmspec.model.errors import TooManyReaders
+
+    with pytest.raises(TooManyReaders):
+        SingleWriterShmObjectStorage.create_from_handle(handle)
+    reader.close()
+    again = SingleWriterShmObjectStorage.create_from_handle(handle)  # the slot is free again
+    try:
+        writer.put("k", b"v")
+        assert again.get(*writer.key_index["k"], writer.get_signature("k"), "k") == b"v"
+    finally:
+        again.close()
+
+
+def test_msgpack_serde_without_vllm_names_what_is_missing():
+    from shmspec.impl import MsgpackSerde
+
+    try:
+        import vllm  # noqa: F401
+    except ImportError:
+        with pytest.raises(ImportError, match="MsgpackSerde needs vLLM's msgpack classes") as info:
+            MsgpackSerde()
+        assert info.value.name in ("torch", "vllm")
+    else:  # pragma: no cover - only where vLLM is installed
+        MsgpackSerde()

@@ -1,11 +1,13 @@
 """Unit tests of the reference model; expected values worked out by hand from SEMANTICS.md."""
 
+from dataclasses import replace
+
 import pytest
 
 from shmspec.model import FORGED, IMPL, Action, Sig, initial, step
 from shmspec.model import ring as R
 from shmspec.model.errors import OutOfSpace
-from shmspec.model.profile import VLLM_0_11, VLLM_0_12, VLLM_0_32, profile_for_vllm
+from shmspec.model.profile import IMPL_STRICT, VLLM_0_11, VLLM_0_12, VLLM_0_32, profile_for_vllm
 from shmspec.model.properties import check_state, check_transition, protocol_kept
 
 
@@ -77,7 +79,7 @@ def test_ids_wrap_modulo_2_31():
 
 def _store(profile=IMPL, B=100, max_obj=40, n=2):
     s = initial(profile, B, max_obj, n)
-    for r in ("r1", "r2"):
+    for r in ("r1", "r2")[: n if profile.per_reader else 2]:
         s, o = step(s, Action.of("attach_reader", r, lock=True))
         assert o.ok
     return s
@@ -211,3 +213,99 @@ def test_profile_for_vllm():
     assert profile_for_vllm("0.11.0") is VLLM_0_11
     with pytest.raises(ValueError):
         profile_for_vllm("0.10.2")
+
+
+# ------------------------------------------------ impl's contract (segment v2)
+def _put(s, key, nbytes=20):
+    s, o = step(s, Action.of("put", key=key, value=key.upper(), nbytes=nbytes))
+    assert o.ok, o
+    return s, o.value
+
+
+def _get(s, reader, handle, key):
+    address, id_ = handle
+    sig = Sig(key, address, id_, s.generation_of(id_))
+    return step(s, Action.of("get", reader, address=address, id=id_, signature=sig, key=key))
+
+
+def test_per_reader_counting_a_reread_never_stands_in_for_another_reader():
+    """RC per reader (impl): r1 reading twice leaves the chunk busy until r2
+    has read it; vLLM's aggregate count frees it after r1's second read."""
+    for profile, freed_after_reread in ((IMPL, False), (VLLM_0_32, True)):
+        s = _store(profile)
+        s, h = _put(s, "a")
+        s, _ = _get(s, "r1", h, "a")
+        s, _ = _get(s, "r1", h, "a")
+        s2, _ = step(s, Action.of("free_unused"))
+        assert (s2.ring.chunks == ()) is freed_after_reread, profile.name
+        if not freed_after_reread:
+            s, o = _get(s2, "r2", h, "a")
+            assert o.value == "A"  # PROM: r2's promised read still succeeds
+            s, _ = step(s, Action.of("free_unused"))
+            assert s.ring.chunks == ()
+
+
+def test_more_readers_than_slots_are_refused_per_reader_only():
+    s = _store(IMPL)
+    s, o = step(s, Action.of("attach_reader", "r3", lock=True))
+    assert o.error == "TooManyReaders" and s.readers == ("r1", "r2")
+    s = _store(VLLM_0_32)
+    s, o = step(s, Action.of("attach_reader", "r3", lock=True))
+    assert o.ok and s.readers == ("r1", "r2", "r3")
+
+
+def test_drain_a_pre_clear_handle_reads_its_own_object_until_overlapped():
+    """CLR, vLLM's drain contract, exactly (impl): after clear() a handle
+    resolves to its own object, uncounted, until an allocation overlaps its
+    bytes; the strict profile refuses it at once."""
+    s = _store(IMPL)
+    s, pad = _put(s, "pad", 20)  # chunk 28 at 0 (8 + 20)
+    s, h = _put(s, "k", 10)  # chunk 18 at 28
+    assert h == (28, 1)
+    s, _ = step(s, Action.of("clear"))
+    assert [c.key for c in s.drain] == ["pad", "k"]
+    s2, o = _get(s, "r1", h, "k")
+    assert o.value == "K" and s2 == s  # read, nothing counted
+    strict = replace(s, profile=IMPL_STRICT, drain=())
+    _, o = _get(strict, "r1", h, "k")
+    assert o.error == "StaleHandle"
+    s, _ = _put(s, "x", 20)  # [0, 28): overlaps pad only
+    assert [c.key for c in s.drain] == ["k"]
+    _, o = _get(s, "r1", pad, "pad")
+    assert o.error == "StaleHandle"
+    _, o = _get(s, "r1", h, "k")
+    assert o.value == "K"
+    s, _ = _put(s, "y", 4)  # [28, 40): reaches k
+    assert s.drain == ()
+    _, o = _get(s, "r1", h, "k")
+    assert o.error == "StaleHandle"
+    s, _ = step(s, Action.of("clear"))
+    s, _ = step(s, Action.of("clear"))  # a second clear ends the first one's drain
+    assert s.drain == ()
+
+
+def test_chunk_cap_is_out_of_space_after_reclaim():
+    s = replace(_store(IMPL, B=1000, max_obj=40, n=1), max_chunks=2)
+    s, _ = _put(s, "a", 4)
+    s, _ = _put(s, "b", 4)
+    s2, o = step(s, Action.of("put", key="c", value="C", nbytes=4))
+    assert o.error == "OutOfSpace" and len(s2.ring.chunks) == 2  # room, but two chunks are live
+    s, _ = _get(s, "r1", s.ring.chunks[0].handle, "a")
+    s, o = step(s, Action.of("put", key="c", value="C", nbytes=4))
+    assert o.ok and [c.key for c in s.ring.chunks] == ["b", "c"]  # the retry's reclaim made room
+
+
+def test_drain_chunk_ends_when_its_ack_word_is_reused():
+    s = replace(_store(IMPL, B=1000, max_obj=40, n=1), max_chunks=2)
+    s, h = _put(s, "a", 4)  # abs 0
+    s, _ = step(s, Action.of("clear"))
+    s, _ = _put(s, "b", 4)  # abs 1 at 0: overlaps a
+    assert s.drain == ()
+    s = replace(_store(IMPL, B=1000, max_obj=40, n=1), max_chunks=2)
+    s, _ = _put(s, "pad", 30)
+    s, h = _put(s, "a", 4)  # abs 1 at 38
+    s, _ = step(s, Action.of("clear"))
+    s, _ = _put(s, "b", 4)  # abs 2 at 0: overlaps pad, not a; a's ack word is still a's (2 - 1 < 2)
+    assert [c.key for c in s.drain] == ["a"]
+    s, _ = _put(s, "c", 4)  # abs 3: takes a's ack word (3 - 1 >= max_chunks)
+    assert s.drain == ()

@@ -147,3 +147,24 @@ def test_ids_wrapping_at_2_32_overflow_the_int32_header(monkeypatch):
     assert res.verdict == "refuted" and res.model["id_end"] >= 2**31
     with pytest.raises(OverflowError):
         res.model["id_end"].to_bytes(4, "little", signed=True)
+
+
+def test_drain_prefix_needs_its_invariant():
+    """The drain obligations are not vacuous: their hypotheses are satisfiable,
+    and without the drain invariant ``end % B <= drain_hw`` an allocation can
+    start beyond the covered prefix (a hole impl's ``address % B >=
+    drain_hw`` check would misjudge)."""
+    import z3
+
+    from shmspec.conformance import prove as P
+
+    for build in (P._ob_drain_alloc, P._ob_drain_free):
+        p = build(0)
+        s = z3.Solver()
+        s.add(*p.hyps)
+        assert s.check() == z3.sat
+    p = P._ob_drain_alloc(0)
+    s = z3.Solver()
+    s.add(*[h for h in p.hyps if not z3.eq(h, p.hyps[-2])])  # drop J (the hypothesis before ``fits``)
+    s.add(z3.Not(p.claim))
+    assert s.check() == z3.sat

@@ -1,0 +1,220 @@
+"""The reader table: one slot per reader, its hazard pin and its acks.
+
+Segment ``<ring name>_r``, laid out in :mod:`shmspec.impl.layout`, created by
+the writer's storage and attached by every reader view.  Slot ``r`` is owned
+by the reader view that holds an OFD lock (``F_OFD_SETLK``, Linux) on the
+slot's first byte: the kernel drops that lock when the view's file
+description is closed, also when its process dies, so the writer can tell a
+dead reader from a slow one without any lock of ours.
+
+What lives in slot ``r`` (docs/impl-protocol.md):
+
+* ``owner pid``: the process that claimed it (diagnostics);
+* ``pin``: ``(seq << 48) | (abs + 1)`` while reader ``r`` reads allocation
+  ``abs``, else 0 (the hazard pointer the writer honours before reusing memory);
+* ``ack[k mod K]``: how many reads of allocation ``k`` reader ``r`` has made
+  since the slot was last re-based (the writer keeps the base).
+
+Only reader ``r`` writes its slot; the writer only reads it.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import struct
+import threading
+import weakref
+from contextlib import suppress
+from typing import Any
+
+from shmspec.model.errors import GeometryMismatch, TooManyReaders
+
+from . import layout, segment
+
+_FLOCK = struct.Struct("hhxxxxqqixxxx")  # struct flock on Linux (x86-64, aarch64): 32 bytes
+_HAS_OFD = hasattr(fcntl, "F_OFD_SETLK")
+
+_FENCE_LOCK = threading.Lock()
+_CLAIMING: "weakref.WeakSet[ReaderTable]" = weakref.WeakSet()
+"""Table views of this process that hold a slot (see :func:`_after_fork_in_child`)."""
+
+
+def fence() -> None:
+    """A full memory barrier: the acquire and release of a private lock are
+    ``lock``-prefixed read-modify-writes on x86-64, which order every earlier
+    store before every later load (the StoreLoad order plain x86 stores and
+    loads do not give).  See docs/impl-protocol.md for other architectures."""
+    _FENCE_LOCK.acquire()
+    _FENCE_LOCK.release()
+
+
+def table_name(ring_name: str) -> str:
+    """The reader table's segment name for ring segment ``ring_name``."""
+    return ring_name.lstrip("/") + "_r"
+
+
+def _flock(fd: int, cmd: int, ltype: int, start: int) -> bytes:
+    return fcntl.fcntl(fd, cmd, _FLOCK.pack(ltype, os.SEEK_SET, start, 1, 0))
+
+
+class ReaderTable:
+    """A view of one store's reader table (writer or reader side).
+
+    ``words`` is the whole table as native 8-byte words; :meth:`pin_index` and
+    :meth:`ack_index` give a slot's word positions.
+    """
+
+    def __init__(self, shm: Any, owner: bool):
+        self.shm = shm
+        self.owner = owner
+        self.words = shm.buf[: shm.size - shm.size % 8].cast("Q")
+        self.n_readers = self.words[layout.TBL_N_READERS]
+        self.max_chunks = self.words[layout.TBL_MAX_CHUNKS]
+        self.max_object_size = self.words[layout.TBL_MAX_OBJECT]
+        self.data_bytes = self.words[layout.TBL_DATA_BYTES]
+        self._slot_words = layout.slot_bytes(self.max_chunks) // 8
+        self._base = layout.TABLE_HEADER_BYTES // 8
+        self._closed = False
+
+    # ------------------------------------------------------------ lifecycle
+    @classmethod
+    def create(cls, ring_name: str, n_readers: int, max_chunks: int, data_bytes: int,
+               max_object_size: int) -> "ReaderTable":
+        """Writer: create and reserve the table (raises ``SharedMemoryFull``)."""
+        shm = segment.create_segment(layout.table_size(n_readers, max_chunks), table_name(ring_name))
+        words = shm.buf[: shm.size - shm.size % 8].cast("Q")
+        words[layout.TBL_N_READERS] = n_readers
+        words[layout.TBL_MAX_OBJECT] = max_object_size
+        words[layout.TBL_DATA_BYTES] = data_bytes
+        words[layout.TBL_MAX_CHUNKS] = max_chunks
+        words[layout.TBL_MAGIC] = layout.TABLE_MAGIC  # last: the table is complete
+        words.release()
+        return cls(shm, owner=True)
+
+    @classmethod
+    def attach(cls, ring_name: str, n_readers: int, max_object_size: int) -> "ReaderTable":
+        """Reader: attach to the writer's table and check the geometry.
+
+        Raises:
+            GeometryMismatch: ``n_readers`` or ``max_object_size`` differ from
+                the writer's, or the table is not a version-2 table.
+            FileNotFoundError: no writer storage was built on this ring.
+        """
+        shm = segment.attach_segment(table_name(ring_name))
+        try:
+            table = cls(shm, owner=False)
+        except BaseException:
+            segment.release_segment(shm, unlink=False)
+            raise
+        try:
+            if table.words[layout.TBL_MAGIC] != layout.TABLE_MAGIC:
+                raise GeometryMismatch("segment version", 2, "another layout", table_name(ring_name))
+            for name, given, recorded in (("n_readers", n_readers, table.n_readers),
+                                          ("max_object_size", max_object_size, table.max_object_size)):
+                if given != recorded:
+                    raise GeometryMismatch(name, given, recorded, ring_name)
+        except BaseException:
+            table.close()
+            raise
+        return table
+
+    def close(self) -> None:
+        """Release the view (the writer's owner view also unlinks the table)."""
+        if self._closed:
+            return
+        self._closed = True
+        self.words.release()
+        segment.release_segment(self.shm, unlink=self.owner)
+
+    # ------------------------------------------------------------ positions
+    def slot_word(self, reader: int, word: int) -> int:
+        return self._base + reader * self._slot_words + word
+
+    def pin_index(self, reader: int) -> int:
+        return self.slot_word(reader, layout.SLOT_PIN)
+
+    def ack_index(self, reader: int, abs_counter: int) -> int:
+        return self._base + reader * self._slot_words + layout.SLOT_HEADER_BYTES // 8 + abs_counter % self.max_chunks
+
+    def acks(self, abs_counter: int) -> tuple[int, ...]:
+        """Every reader's ack word for allocation ``abs_counter`` (writer side)."""
+        w = self.words
+        return tuple(w[self.ack_index(r, abs_counter)] for r in range(self.n_readers))
+
+    def pins(self) -> list[int]:
+        """Every reader's pin word, in slot order."""
+        w = self.words
+        return [w[self.pin_index(r)] for r in range(self.n_readers)]
+
+    def owner_pid(self, reader: int) -> int:
+        return self.words[self.slot_word(reader, layout.SLOT_OWNER_PID)]
+
+    # ------------------------------------------------------------ ownership
+    def claim(self) -> int:
+        """Take the first free slot for this view; returns its index.
+
+        Raises:
+            TooManyReaders: every slot is held by a live view.
+        """
+        fd = self.shm._fd
+        for r in range(self.n_readers):
+            if _HAS_OFD:
+                try:
+                    _flock(fd, fcntl.F_OFD_SETLK, fcntl.F_WRLCK, layout.slot_offset(r, self.max_chunks))
+                except OSError:
+                    continue
+            elif self.owner_pid(r) and _pid_alive(self.owner_pid(r)):
+                continue
+            w = self.words
+            w[self.pin_index(r)] = 0
+            w[self.slot_word(r, layout.SLOT_OWNER_PID)] = os.getpid()
+            _CLAIMING.add(self)
+            return r
+        raise TooManyReaders(self.n_readers)
+
+    def release(self, reader: int) -> None:
+        """Give slot ``reader`` back (pin cleared first)."""
+        if self._closed:
+            return
+        self.words[self.pin_index(reader)] = 0
+        if _HAS_OFD:
+            with suppress(OSError):
+                _flock(self.shm._fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, layout.slot_offset(reader, self.max_chunks))
+
+    def alive(self, reader: int) -> bool:
+        """Whether a live view still holds slot ``reader`` (writer side)."""
+        if not _HAS_OFD:
+            pid = self.owner_pid(reader)
+            return bool(pid) and _pid_alive(pid)
+        got = _flock(self.shm._fd, fcntl.F_OFD_GETLK, fcntl.F_WRLCK, layout.slot_offset(reader, self.max_chunks))
+        return _FLOCK.unpack(got)[0] != fcntl.F_UNLCK
+
+
+def _pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
+def _after_fork_in_child() -> None:
+    """A forked child does not own its parent's slots: it closes its copies of
+    the descriptors whose OFD locks hold them (the locks stay with the parent's
+    descriptors), so the slot is released when the parent's view closes or the
+    parent dies, whatever the child does.  The child's copy of such a view
+    raises ``WrongProcess`` when used (the storage checks its pid)."""
+    for table in list(_CLAIMING):
+        fd = getattr(table.shm, "_fd", -1)
+        if fd >= 0:
+            with suppress(OSError):
+                os.close(fd)
+            table.shm._fd = -1
+    _CLAIMING.clear()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_after_fork_in_child)
