@@ -1,7 +1,8 @@
 # shmspec: `make check` runs the conformance gate on the built-in store,
 # `make test` runs the test suite, `make check-model` runs TLC on the TLA+ spec
 # beside the Python model, `make prove` the z3 obligations, `make matrix` the
-# gate on every vLLM release.  Every target
+# gate on every vLLM release, `make dropin` vLLM 0.33.0's multimodal SHM cache
+# on impl (in its own environment, .venv-vllm).  Every other target
 # creates (or reuses) the virtual environment .venv and installs the project
 # into it; nothing else is needed (check-model also needs java on PATH).
 
@@ -18,7 +19,7 @@ MODEL_TARGET ?=
 RELEASES ?=
 QUICK ?=
 
-.PHONY: check check-model spec-tests prove matrix test bench venv clean
+.PHONY: check check-model spec-tests prove matrix test bench venv clean dropin
 
 venv: $(STAMP)
 
@@ -69,5 +70,36 @@ $(BENCH_STAMP): $(STAMP)
 bench: $(BENCH_STAMP)
 	$(BIN)/python -m bench.run $(if $(QUICK),--quick)
 
+# vLLM 0.33.0's multimodal SHM cache (vllm.multimodal.cache.shm) with its
+# shm_object_storage.py replaced by a shim re-exporting shmspec.impl
+# (tests/vllm_dropin/check.py; exit 0 pass, 1 wrong result, 2 no vLLM).
+# DROPIN_STORE=vllm runs the same checks on vLLM's own module,
+# DROPIN_START=spawn starts the receiver workers by spawn (default fork, as
+# vLLM).  Builds .venv-vllm, not .venv: the CPU build of torch 2.13.0 that lies
+# on this machine's disk (the +cpu pin fails instead of downloading a CUDA
+# build), vllm==0.33.0 without its dependencies (it pins torch 2.14.0 and a
+# CUDA stack; none of that is needed to import the cache), the packages the
+# import needs (tests/vllm_dropin/requirements.txt) and shmspec itself.
+# About 2.2 GB and 2-3 minutes the first time (vllm's wheel is 0.9 GB
+# installed, torch 0.75 GB); the check itself takes 20-60 s.
+VLLM_VENV ?= .venv-vllm
+VLLM_BIN := $(VLLM_VENV)/bin
+DROPIN_STAMP := $(VLLM_VENV)/.shmspec-dropin-installed
+DROPIN_STORE ?= impl
+DROPIN_START ?= fork
+PIP_VLLM := $(VLLM_BIN)/python -m pip install -q --disable-pip-version-check
+
+$(DROPIN_STAMP): pyproject.toml tests/vllm_dropin/requirements.txt
+	$(PYTHON) -m venv $(VLLM_VENV)
+	$(PIP_VLLM) --upgrade pip
+	$(PIP_VLLM) 'torch==2.13.0+cpu'
+	$(PIP_VLLM) -r tests/vllm_dropin/requirements.txt
+	$(PIP_VLLM) --no-deps vllm==0.33.0
+	$(PIP_VLLM) -e .
+	touch $(DROPIN_STAMP)
+
+dropin: $(DROPIN_STAMP)
+	$(VLLM_BIN)/python tests/vllm_dropin/check.py --store $(DROPIN_STORE) --start-method $(DROPIN_START)
+
 clean:
-	rm -rf $(VENV) .pytest_cache .hypothesis build *.egg-info
+	rm -rf $(VENV) $(VLLM_VENV) .pytest_cache .hypothesis build *.egg-info

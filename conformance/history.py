@@ -40,7 +40,8 @@ Properties (ids of SEMANTICS.md) and how each is decided:
   broken for it (counted in :attr:`HistoryResult.rc_unjudged`);
 * ``CLR``: a ``get`` invoked after a ``clear`` returned resolved (returned a
   value for) a handle issued before that clear; under the drain contract
-  (``Profile.drain``) only a resolution to another object breaks it.
+  (``Profile.clr == "drain"``, vLLM's) only a resolution to another object
+  breaks it.
   ``lenient_stale`` excuses the value for NRR, not the resolution for CLR.
 
 Pure Python; no process code.
@@ -353,6 +354,7 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
     deadline = None if max_seconds is None else t0 + max_seconds
     lenient = profile.lenient_stale
     drain = profile.drain
+    clr_drain = profile.clr == "drain"
     clears = [o for o in history if o.action == "clear" and o.ok]
     findings: list[Finding] = []
     for o in history:
@@ -365,7 +367,7 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
     for ref, part in parts.items():
         local, blamed = _value_findings(part)
         findings += local
-        findings += _clr_findings(part, clears, drain)
+        findings += _clr_findings(part, clears, clr_drain)
         rc, judged = _rc_findings(part, clears)
         findings += rc
         rc_unjudged += not judged

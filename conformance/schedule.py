@@ -8,8 +8,8 @@ yield point.  After every step it reads the writer's ring and checks:
 * NRR: every object a reader deserialized, and every value it returned, is the
   object put under the handle it presented (else it must raise StaleHandle);
 * CLR: a get that starts after a ``clear()`` has returned never resolves a
-  handle issued before it (under the drain contract, ``Profile.drain``, it
-  may resolve to its own object: NRR judges the value);
+  handle issued before it (under the drain contract, ``Profile.clr ==
+  "drain"``, vLLM's, it may resolve to its own object: NRR judges the value);
 * RC: a chunk that disappears (outside ``clear``) had ``reader_count >=
   writer_count * n_readers``; and a live chunk's ``reader_count`` never exceeds
   the gets started against its handle (a count for a read that did not happen
@@ -243,7 +243,7 @@ class ScheduledSession:
                     v.append(("NRR", f"reader {proc} returned {_render_value(res['value'])} for handle {r.ref} "
                                      f"({r.address}, {r.id}), which holds {Blob(r.data)!r}"
                                      f"{difference(_decode(res['value']), r.data)}"))
-                elif r.epoch < self.get_epoch.get(proc, 0) and not self.target.profile.drain:
+                elif r.epoch < self.get_epoch.get(proc, 0) and self.target.profile.clr != "drain":
                     v.append(("CLR", f"handle {r.ref} issued before a clear() resolved in a get started after it"))
             elif res["error"] != "StaleHandle":
                 v.append(("CONFORMANCE", f"reader {proc} get of {r.ref} raised {res['detail']}"))

@@ -427,7 +427,7 @@ class Session:
                 return []  # the altered handle is another live handle, and got its object
             return [("NRR", f"{altered} handle {r.ref} returned {got}, which is no object put under it")]
         if r.epoch < self.epoch:
-            if self.profile.drain and obs.value == original:
+            if self.profile.clr == "drain" and obs.value == original:
                 return []  # CLR, vLLM's drain contract: a pre-clear handle may read its own object
             v = [("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")]
             if obs.value != original:

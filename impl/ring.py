@@ -327,7 +327,8 @@ class SingleWriterShmRingBuffer:
 
         Raises:
             ReaderStalled: a live reader held such a pin for :data:`PIN_TIMEOUT`
-                seconds (nothing was written).
+                seconds.  No chunk, index or counter changed; the pre-clear
+                chunks the allocation would have reached no longer drain.
         """
         lo, hi, hw = self._drain_words()
         if lo < hi:
@@ -395,7 +396,7 @@ class SingleWriterShmRingBuffer:
 
         Raises:
             OutOfSpace: see :meth:`plan` (nothing changed).
-            ReaderStalled: see :meth:`prepare_reuse` (nothing changed).
+            ReaderStalled: see :meth:`prepare_reuse` (nothing committed).
         """
         self._require_writer("allocate buffers")
         address, n, abs_counter = self.plan(size)
@@ -478,21 +479,49 @@ class SingleWriterShmRingBuffer:
             yield view, (chunk_id, size)
 
     # --------------------------------------------------------------- freeing
-    def retire_plan(self) -> tuple[int, int, int, int]:
-        """Writer: what reclaiming the oldest chunk assigns: ``(abs, id,
-        new start, new end)`` (``start`` moves to the next live chunk, or
-        ``start = end = 0`` when none is left)."""
-        abs_counter = self._abs_start
-        oldest = abs_counter % self.ID_MAX
-        if abs_counter + 1 < self._abs_end:
-            nxt = self.metadata[(abs_counter + 1) % self.ID_MAX]
-            start = self.data_buffer_start + (nxt - self.data_buffer_start) % self.data_buffer_size
-            return abs_counter, oldest, start, self.data_buffer_end
-        return abs_counter, oldest, 0, 0
+    def reclaim_plan(
+        self, is_free_fn: Callable[[int, memoryview], bool], nbytes: int | None = None
+    ) -> tuple[list[tuple[int, int, int, int]], tuple[int, int] | None]:
+        """Writer: what a FIFO reclaim of up to ``nbytes`` would change, changing
+        nothing: ``(retires, shifted)``, one ``(abs, id, new start, new end)``
+        per chunk to drop, oldest first, and the final ``(start, end)`` shifted
+        down by ``B`` when ``start >= B`` (else None).
+
+        The policy (vLLM 0.11 - 0.33): while a live chunk remains and fewer
+        than ``nbytes`` (default: the whole buffer) are freed, ask
+        ``is_free_fn(id, view)`` about the oldest (``view``: its bytes after
+        the header); if true it goes and ``start`` moves forward (mod ``B``)
+        to the next live chunk, or ``start = end = 0`` when none is left;
+        if false, stop.  The ``free_step`` yield point comes before each
+        chunk's retirement is planned."""
+        data = self.data_region
+        B = self.data_buffer_size
+        if nbytes is None:
+            nbytes = B
+        start, end, abs_counter = self.data_buffer_start, self.data_buffer_end, self._abs_start
+        retires: list[tuple[int, int, int, int]] = []
+        freed = 0
+        while abs_counter < self._abs_end and freed < nbytes:
+            oldest = abs_counter % self.ID_MAX
+            offset = self.metadata[oldest] % B
+            size = self._sizes[oldest]
+            with data[offset + self.MD_SIZE : offset + size] as view:
+                if not is_free_fn(oldest, view):
+                    break
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("free_step")
+            if abs_counter + 1 < self._abs_end:
+                start += (self.metadata[(abs_counter + 1) % self.ID_MAX] - start) % B
+            else:
+                start = end = 0
+            retires.append((abs_counter, oldest, start, end))
+            abs_counter += 1
+            freed += size
+        return retires, ((start - B, end - B) if start >= B else None)
 
     def retire(self, plan: tuple[int, int, int, int]) -> None:
-        """Writer: apply a :meth:`retire_plan` (idempotent): ``abs_start`` is
-        published first, before the memory can be reused."""
+        """Writer: drop the oldest chunk as planned (idempotent): ``abs_start``
+        is published first, before the memory can be reused."""
         abs_counter, oldest, start, end = plan
         self._abs_start = abs_counter + 1
         self._publish_start()
@@ -501,24 +530,25 @@ class SingleWriterShmRingBuffer:
         self._base.pop(abs_counter, None)
         self.data_buffer_start, self.data_buffer_end = start, end
 
+    def apply_reclaim(self, plan: tuple[list[tuple[int, int, int, int]], tuple[int, int] | None]) -> None:
+        """Writer: apply a :meth:`reclaim_plan` (idempotent: a retirement
+        already applied is applied again to the same values)."""
+        retires, shifted = plan
+        for retire in retires:
+            if retire[0] >= self._abs_start:
+                self.retire(retire)
+        if shifted is not None and self.data_buffer_start >= self.data_buffer_size:
+            self.data_buffer_start, self.data_buffer_end = shifted
+
     def apply(self, kind: str, plan: Any) -> None:
-        """Apply one planned change: ``"retire"`` (:meth:`retire`),
-        ``"renormalise"`` (``(start, end)``) or ``"clear"`` (:meth:`apply_clear`)."""
-        if kind == "retire":
-            self.retire(plan)
-        elif kind == "renormalise":
-            self.data_buffer_start, self.data_buffer_end = plan
+        """Apply one planned change: ``"reclaim"`` (:meth:`apply_reclaim`) or
+        ``"clear"`` (:meth:`apply_clear`)."""
+        if kind == "reclaim":
+            self.apply_reclaim(plan)
         elif kind == "clear":
             self.apply_clear(plan)
         else:
             raise ValueError(f"unknown ring change {kind!r}")
-
-    def renormalise_plan(self) -> tuple[int, int] | None:
-        """Writer: ``(start, end)`` shifted down by ``B`` when ``start >= B``, else None."""
-        B = self.data_buffer_size
-        if self.data_buffer_start >= B:
-            return self.data_buffer_start - B, self.data_buffer_end - B
-        return None
 
     def free_buf(
         self,
@@ -526,43 +556,19 @@ class SingleWriterShmRingBuffer:
         nbytes: int | None = None,
         journal: Any = None,
     ) -> Iterable[int]:
-        """Writer: reclaim chunks oldest-first (FIFO, vLLM 0.11 - 0.33 policy).
+        """Writer: reclaim chunks oldest-first (FIFO, vLLM 0.11 - 0.33 policy;
+        see :meth:`reclaim_plan`), all planned first and then applied in one
+        step.  Returns the freed ids in order (may wrap past ``2**31``).
 
-        While a live chunk remains and fewer than ``nbytes`` (default: the whole
-        buffer) have been freed: ``is_free_fn(id, view)`` is asked about the
-        oldest chunk (``view`` = its bytes after the 8-byte header); if true it
-        is dropped, and ``start`` moves forward (mod ``B``) to the next live
-        chunk, or ``start = end = 0`` when none is left; if false, stop.
-        Afterwards ``start >= B`` shifts both ``start`` and ``end`` down by ``B``.
-        Returns the freed ids in order (may wrap past ``2**31``).
-
-        ``journal`` (impl's storage): an object whose ``apply(kind, plan)``
-        performs each state change (``"retire"`` with a :meth:`retire_plan`,
-        ``"renormalise"`` with ``(start, end)``), so that an interrupted
-        change can be completed later; by default they are applied directly.
+        ``journal`` (impl's storage): an object whose ``apply("reclaim",
+        plan)`` performs the change, so that an interrupted one can be
+        completed later; by default it is applied directly.
         """
         self._require_writer("free buffers")
-        journal = journal or self
-        data = self.data_region
-        B = self.data_buffer_size
-        if nbytes is None:
-            nbytes = B
+        plan = self.reclaim_plan(is_free_fn, nbytes)
         first_id = self.monotonic_id_start
-        freed = 0
-        while self._abs_start < self._abs_end and freed < nbytes:
-            oldest = self._abs_start % self.ID_MAX
-            offset = self.metadata[oldest] % B
-            size = self._sizes[oldest]
-            with data[offset + self.MD_SIZE : offset + size] as view:
-                if not is_free_fn(oldest, view):
-                    break
-            if yieldpoints.HOOK is not None:
-                yieldpoints.HOOK("free_step")
-            journal.apply("retire", self.retire_plan())
-            freed += size
-        shifted = self.renormalise_plan()
-        if shifted is not None:
-            journal.apply("renormalise", shifted)
+        if plan[0] or plan[1] is not None:
+            (journal or self).apply("reclaim", plan)
         last_id = self.monotonic_id_start
         if last_id >= first_id:
             return range(first_id, last_id)

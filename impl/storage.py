@@ -288,17 +288,15 @@ class SingleWriterShmObjectStorage:
             self._key_index[key] = (address, monotonic_id)
             self._id_index[monotonic_id] = key
             self.ring_buffer.commit_buf(pending)
-        elif kind == "retire":
-            _, plan, key = intent
-            monotonic_id = plan[1]
-            self.ring_buffer.retire(plan)
-            if key is not None and self._key_index.get(key, (None, None))[1] == monotonic_id:
-                del self._key_index[key]
-            self._id_index.pop(monotonic_id, None)
-            self._writer_flag.pop(monotonic_id, None)
-            self._touched.discard(monotonic_id)
-        elif kind == "renormalise":
-            self.ring_buffer.apply("renormalise", intent[1])
+        elif kind == "reclaim":
+            _, plan, keys = intent
+            self.ring_buffer.apply_reclaim(plan)
+            for (_, monotonic_id, _, _), key in zip(plan[0], keys):
+                if key is not None and self._key_index.get(key, (None, None))[1] == monotonic_id:
+                    del self._key_index[key]
+                self._id_index.pop(monotonic_id, None)
+                self._writer_flag.pop(monotonic_id, None)
+                self._touched.discard(monotonic_id)
         elif kind == "clear":
             self.ring_buffer.apply_clear(intent[1])
             self._key_index.clear()
@@ -318,10 +316,10 @@ class SingleWriterShmObjectStorage:
         self._intent = None
 
     def apply(self, kind: str, plan: Any) -> None:
-        """The ring's journal (``free_buf(..., journal=self)``): each reclaim
-        step is an intent; a retired chunk's key goes with it."""
-        if kind == "retire":
-            self._do(("retire", plan, self._id_index.get(plan[1])))
+        """The ring's journal (``free_buf(..., journal=self)``): a whole
+        reclaim is one intent, and the reclaimed chunks' keys go with it."""
+        if kind == "reclaim":
+            self._do(("reclaim", plan, [self._id_index.get(r[1]) for r in plan[0]]))
         else:
             self._do((kind, plan))
 
@@ -348,7 +346,8 @@ class SingleWriterShmObjectStorage:
         is written; the chunk becomes visible to readers only when ``abs_end``
         is published, after the indexes.  Raises
         :class:`~shmspec.model.errors.ReaderStalled` when a live reader keeps
-        reading memory the put must reuse (nothing changed).
+        reading memory the put must reuse (no index, chunk or counter changed;
+        pre-clear handles the put would have overwritten stop draining).
         """
         with self._writer_op("put objects"):
             if not isinstance(key, str):

@@ -11,6 +11,7 @@ from dataclasses import dataclass
 from typing import Literal
 
 TouchMode = Literal["none", "counting", "protecting"]
+ClrContract = Literal["drain", "strict"]
 
 
 @dataclass(frozen=True)
@@ -50,6 +51,10 @@ class Profile:
             return the original object either way).
         chunk_cap: at most ``max_chunks`` chunks are live (:func:`impl_max_chunks`
             of the ring size); a put beyond it is ``OutOfSpace`` (impl).
+        clr: the CLR contract the store is judged by (SEMANTICS.md, CLR):
+            ``"drain"`` (vLLM's, every release: a pre-clear handle may resolve
+            after the clear to its own object, never to another) or
+            ``"strict"`` (no pre-clear handle resolves after the clear).
     """
 
     name: str
@@ -63,6 +68,7 @@ class Profile:
     per_reader: bool = False
     drain: bool = False
     chunk_cap: bool = False
+    clr: ClrContract = "drain"
 
 
 def impl_max_chunks(data_buffer_size: int) -> int:
@@ -109,6 +115,7 @@ IMPL_STRICT = Profile(
     per_reader=True,
     drain=False,
     chunk_cap=True,
+    clr="strict",
 )
 """impl's contract with the stricter CLR: no handle issued before a
 ``clear()`` resolves after it (for stores that choose it)."""
