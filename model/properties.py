@@ -30,10 +30,11 @@ DESCRIPTIONS: dict[str, str] = {
     "SIZE": "an object over max_object_size is rejected and changes nothing",
     "OOM": "put raises MemoryError exactly when, after FIFO reclaim, no contiguous room exists",
     "FIFO": "chunks are reclaimed oldest first; a busy chunk blocks younger ones",
-    "RC": "a chunk is never reclaimed while reader_count < writer_count * n_readers",
+    "RC": "a chunk is never reclaimed before its promised reads (vLLM: reader_count >= writer_count * n_readers; "
+          "per reader: every reader read it writer_count times)",
     "DISJ": "live chunks never overlap and lie inside the segment",
     "WRAP": "ids wrap at 2**31 without two live chunks sharing an id",
-    "CLR": "a handle issued before clear() never resolves after it",
+    "CLR": "a handle issued before clear() resolves after it only to its own, intact object (drain), or never (strict)",
     "AUTH": "a forged or altered signed handle is rejected before any shared byte is read",
     "LEAK": "closing the writer leaves no shared-memory segment behind",
     "CONFORMANCE": "the target's outcomes and state agree with the reference model",
@@ -100,10 +101,13 @@ def fifo(before_chunks: tuple[Chunk, ...] | list[Chunk], freed_ids: set[int]) ->
 
 def rc(before: State, freed: list[Chunk]) -> list[str]:
     """RC: every freed chunk was free by the reclaim predicate before the step."""
+    def counts(c: Chunk) -> str:
+        if before.profile.per_reader:
+            return f"reads per reader {dict(c.reads)} < writer_count {c.writer_count}"
+        return f"reader_count {c.reader_count} < writer_count {c.writer_count} x n_readers {before.n_readers}"
+
     return [
-        f"chunk id {c.id} reclaimed with reader_count {c.reader_count} < "
-        f"writer_count {c.writer_count} x n_readers {before.n_readers}"
-        + (" (protected by touch)" if c.protected else "")
+        f"chunk id {c.id} reclaimed with {counts(c)}" + (" (protected by touch)" if c.protected else "")
         for c in freed
         if not is_free(before, c)
     ]

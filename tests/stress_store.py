@@ -360,6 +360,7 @@ def run_stress(
     seed: int = 0,
     examples: int = 5,
     serde_class: type | None = None,
+    start_method: str = "fork",
 ) -> dict[str, Any]:
     """Run the stress load for ``seconds`` and return the counts (module docstring).
 
@@ -391,7 +392,7 @@ def run_stress(
     pool = make_pool(seed, mimic, max_object_size, readers)
     signed = hasattr(storage_cls, "get_signature")
     resource_tracker.ensure_running()  # one tracker, started before any fork
-    ctx = multiprocess.get_context("fork")
+    ctx = multiprocess.get_context(start_method)
     lock = ctx.Lock()
     progress = ctx.RawArray("q", readers)
     procs: list[Any] = []

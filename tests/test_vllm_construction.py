@@ -158,3 +158,21 @@ def test_stress_checker_sees_damaged_objects(hard_limit):
                if len(e["diffs"]) == 1 and e["diffs"][0][0] == 40
                and int(e["diffs"][0][1], 16) ^ int(e["diffs"][0][2], 16) == 1]
     assert flipped, info
+
+
+@pytest.mark.parametrize("hard_limit", [8], indirect=True)
+@pytest.mark.parametrize("readers,start_method,writer_lock", [
+    (1, "fork", False), (8, "fork", False), (2, "spawn", False), (2, "fork", True),
+], ids=["1-reader", "8-readers", "spawned", "writer-lock"])
+def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method, writer_lock):
+    """The same load, shorter, in the other constructions users deploy: one
+    reader, eight, readers started by spawn, and a writer given the readers'
+    lock (impl takes no lock on any path; such a writer would count as one
+    of the readers if it read, which it does not here)."""
+    ring_cls, storage_cls, where = _store()
+    res = run_stress(ring_cls, storage_cls, readers=readers, seconds=6.0, start_method=start_method,
+                     writer_lock=writer_lock)
+    info = _summary(res, f"{where} ({readers} {start_method} readers, writer_lock={writer_lock})")
+    _assert_clean_run(res, where)
+    assert res["gets"] >= 200 * res["seconds"] and res["put_retries"] > 0, info
+    assert res["wrong"] == 0 and res["other_errors"] == 0, info
