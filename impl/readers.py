@@ -36,6 +36,9 @@ _FLOCK = struct.Struct("hhxxxxqqixxxx")  # struct flock on Linux (x86-64, aarch6
 _HAS_OFD = hasattr(fcntl, "F_OFD_SETLK")
 
 _FENCE_LOCK = threading.Lock()
+FORK_GENERATION = [0]
+"""Incremented in every forked child (:func:`_after_fork_in_child`): a view
+built under another generation is a forked copy (cheaper than ``getpid``)."""
 _CLAIMING: "weakref.WeakSet[ReaderTable]" = weakref.WeakSet()
 """Table views of this process that hold a slot (see :func:`_after_fork_in_child`)."""
 
@@ -207,6 +210,7 @@ def _after_fork_in_child() -> None:
     descriptors), so the slot is released when the parent's view closes or the
     parent dies, whatever the child does.  The child's copy of such a view
     raises ``WrongProcess`` when used (the storage checks its pid)."""
+    FORK_GENERATION[0] += 1
     for table in list(_CLAIMING):
         fd = getattr(table.shm, "_fd", -1)
         if fd >= 0:

@@ -30,7 +30,7 @@ from shmspec.model.errors import (
 
 from . import layout, signing, yieldpoints
 from .layout import candidate_abs, generation, int32_to_bytes, pin_word
-from .readers import ReaderTable, fence
+from .readers import FORK_GENERATION, ReaderTable, fence
 from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
 
@@ -73,7 +73,7 @@ class _WriterOp:
             raise NotWriter(self._operation)
         store._wlock.acquire()
         try:
-            if os.getpid() != store._pid:
+            if FORK_GENERATION[0] != store._generation:
                 raise WrongProcess("writer", store._pid, os.getpid())
             if store._depth == 0:
                 store._settle()
@@ -207,6 +207,7 @@ class SingleWriterShmObjectStorage:
         self._keeps_buffer = bool(getattr(self.ser_de, "keeps_buffer", False))
         self._reader_lock = reader_lock
         self._pid = os.getpid()
+        self._generation = FORK_GENERATION[0]
         self._slot: int | None = None
         name = ring_buffer.shared_memory.name
         if self.is_writer:
@@ -231,6 +232,11 @@ class SingleWriterShmObjectStorage:
             ring_buffer.reader_table = table
             self._rlock = threading.Lock()
             self._seq = 0
+            # per-view constants of the read path (released with the segments)
+            self._words = table.words
+            self._pin_at = table.pin_index(self._slot)
+            self._ack_at = table.ack_index(self._slot, 0)
+            self._max_chunks = table.max_chunks
 
     # ------------------------------------------------------ writer indexes
     @property
@@ -568,10 +574,9 @@ class SingleWriterShmObjectStorage:
             return self._writer_get(address, monotonic_id)
         cand = self._authenticate(address, monotonic_id, signature, key)
         with self._rlock:
-            if os.getpid() != self._pid:
+            if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
-            table = self.ring_buffer.reader_table
-            words, at = table.words, table.pin_index(self._slot)
+            words, at = self._words, self._pin_at
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("pin")
             self._seq += 1
@@ -583,8 +588,7 @@ class SingleWriterShmObjectStorage:
                 if live:
                     if yieldpoints.HOOK is not None:
                         yieldpoints.HOOK("counter_increment")
-                    ack = table.ack_index(self._slot, cand)
-                    words[ack] += 1
+                    words[self._ack_at + cand % self._max_chunks] += 1
             finally:
                 words[at] = 0
         return value
