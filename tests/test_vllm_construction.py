@@ -176,3 +176,20 @@ def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method,
     _assert_clean_run(res, where)
     assert res["gets"] >= 200 * res["seconds"] and res["put_retries"] > 0, info
     assert res["wrong"] == 0 and res["other_errors"] == 0, info
+
+
+LANDED_READ_PATH = Path(__file__).resolve().parents[1] / "conformance" / "mutants" / "inband_count_unfenced.py"
+
+
+@pytest.mark.parametrize("hard_limit", [15], indirect=True)
+def test_the_landed_read_path_returns_wrong_objects(hard_limit):
+    """The reproducer finds the bug it is for: the seeded fault
+    ``inband_count_unfenced`` (impl's segment-v1 read path, an in-band count
+    under the readers' lock, with vLLM's lockless writer) returns wrong
+    objects under the same load within 15 s."""
+    ring_cls, storage_cls = load_store_module(str(LANDED_READ_PATH))
+    res = run_stress(ring_cls, storage_cls, seconds=15.0, writer_lock=False)
+    info = _summary(res, "inband_count_unfenced")
+    print("\n" + info)
+    _assert_clean_run(res, "inband_count_unfenced")
+    assert res["wrong_objects"] > 0, info
