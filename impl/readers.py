@@ -48,8 +48,8 @@ def fence() -> None:
     ``lock``-prefixed read-modify-writes on x86-64, which order every earlier
     store before every later load (the StoreLoad order plain x86 stores and
     loads do not give).  See docs/impl-protocol.md for other architectures."""
-    _FENCE_LOCK.acquire()
-    _FENCE_LOCK.release()
+    with _FENCE_LOCK:  # a with statement: no asynchronous exception leaves it held
+        pass
 
 
 def table_name(ring_name: str) -> str:
@@ -79,6 +79,7 @@ class ReaderTable:
         self._slot_words = layout.slot_bytes(self.max_chunks) // 8
         self._base = layout.TABLE_HEADER_BYTES // 8
         self._closed = False
+        self._generation = FORK_GENERATION[0]
 
     # ------------------------------------------------------------ lifecycle
     @classmethod
@@ -128,7 +129,7 @@ class ReaderTable:
             return
         self._closed = True
         self.words.release()
-        segment.release_segment(self.shm, unlink=self.owner)
+        segment.release_segment(self.shm, unlink=self.owner and FORK_GENERATION[0] == self._generation)
 
     # ------------------------------------------------------------ positions
     def slot_word(self, reader: int, word: int) -> int:

@@ -24,7 +24,7 @@ from shmspec.model.errors import GeometryMismatch, NotWriter, OutOfSpace, Reader
 
 from . import layout, segment, yieldpoints
 from .layout import bytes_to_int32, candidate_abs, int32_to_bytes
-from .readers import ReaderTable, fence
+from .readers import FORK_GENERATION, ReaderTable, fence
 
 _OOM_MESSAGE = (
     "Not enough space in the data buffer, try calling free_buf() to free up space"
@@ -32,8 +32,8 @@ _OOM_MESSAGE = (
 
 PIN_TIMEOUT = 10.0
 """Seconds the writer waits for a live reader to finish reading a chunk whose
-memory it must reuse before it raises :class:`ReaderStalled` (the put changes
-nothing).  A reader that died releases its slot, and the writer stops waiting
+memory it must reuse before it raises :class:`ReaderStalled` (the put commits
+nothing; see that error).  A reader that died releases its slot, and the writer stops waiting
 for it at once.  Module-level so tests and operators can change it; read at
 every wait."""
 
@@ -99,6 +99,7 @@ class SingleWriterShmRingBuffer:
         self._ctl = None
         self._data = None
         self.reader_table: ReaderTable | None = None
+        self._generation = FORK_GENERATION[0]
         total = layout.segment_size(data_buffer_size)
         if self.is_writer:
             self.metadata: dict[int, int] = {}
@@ -523,12 +524,13 @@ class SingleWriterShmRingBuffer:
         """Writer: drop the oldest chunk as planned (idempotent): ``abs_start``
         is published first, before the memory can be reused."""
         abs_counter, oldest, start, end = plan
-        self._abs_start = abs_counter + 1
-        self._publish_start()
+        self.control[layout.CTL_ABS_START] = abs_counter + 1
         self.metadata.pop(oldest, None)
         self._sizes.pop(oldest, None)
         self._base.pop(abs_counter, None)
-        self.data_buffer_start, self.data_buffer_end = start, end
+        self.data_buffer_start = start
+        self.data_buffer_end = end
+        self._abs_start = abs_counter + 1  # last: apply_reclaim re-applies until this is set
 
     def apply_reclaim(self, plan: tuple[list[tuple[int, int, int, int]], tuple[int, int] | None]) -> None:
         """Writer: apply a :meth:`reclaim_plan` (idempotent: a retirement
@@ -607,7 +609,8 @@ class SingleWriterShmRingBuffer:
     # ---------------------------------------------------------------- close
     def close(self) -> None:
         """Close the mapping; the writer also unlinks the segment (and its
-        reader table).
+        reader table) -- not a forked copy of the writer, whose going away
+        must leave the parent's store alone.
 
         Idempotent; ``FileNotFoundError`` on unlink is ignored (vLLM >= 0.15).
         """
@@ -624,7 +627,8 @@ class SingleWriterShmRingBuffer:
                     view.release()
             self._ctl = None
             self._data = None
-            segment.release_segment(self.shared_memory, unlink=self.is_writer)
+            owner = self.is_writer and FORK_GENERATION[0] == self._generation
+            segment.release_segment(self.shared_memory, unlink=owner)
 
     def __del__(self):
         try:

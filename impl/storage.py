@@ -55,39 +55,6 @@ class ShmObjectStorageHandle:
     reader_lock: Any | None
 
 
-class _WriterOp:
-    """``with store._writer_op(name):`` -- one writer operation: the writer's
-    private lock held (threads are serialized, SW), the creating process
-    checked (a forked copy raises ``WrongProcess``), and any change an
-    asynchronous exception interrupted completed first (``_settle``)."""
-
-    __slots__ = ("_store", "_operation")
-
-    def __init__(self, store: "SingleWriterShmObjectStorage", operation: str):
-        self._store = store
-        self._operation = operation
-
-    def __enter__(self) -> None:
-        store = self._store
-        if not store.is_writer:
-            raise NotWriter(self._operation)
-        store._wlock.acquire()
-        try:
-            if FORK_GENERATION[0] != store._generation:
-                raise WrongProcess("writer", store._pid, os.getpid())
-            if store._depth == 0:
-                store._settle()
-            store._depth += 1
-        except BaseException:
-            store._wlock.release()
-            raise
-
-    def __exit__(self, *exc: object) -> None:
-        store = self._store
-        store._depth -= 1
-        store._wlock.release()
-
-
 def _as_bytes_view(obj: Any) -> memoryview:
     view = memoryview(obj)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
@@ -177,7 +144,10 @@ class SingleWriterShmObjectStorage:
     every change of the writer's state is planned first and applied in one
     idempotent step; one that an asynchronous exception interrupted is
     completed by the next writer operation (and by reading ``key_index``), so
-    a failed put, reclaim or clear leaves the store as before or as after it.
+    a failed put, reclaim or clear leaves the store as before or as after it
+    (a put interrupted after its reclaim: as after that reclaim, a
+    ``free_unused`` of chunks every reader had read; ``tests/test_impl_resources.py``
+    raises KeyboardInterrupt at every line of each operation).
     """
 
     writer_uses_reader_lock = False
@@ -219,7 +189,6 @@ class SingleWriterShmObjectStorage:
             self._touched: set[int] = set()
             self._intent: tuple | None = None
             self._wlock = threading.RLock()
-            self._depth = 0
             ring_buffer.reader_table = ReaderTable.create(
                 name, n_readers, ring_buffer.max_chunks, ring_buffer.data_buffer_size, max_object_size)
         else:
@@ -258,18 +227,33 @@ class SingleWriterShmObjectStorage:
         return self._writer_flag
 
     def _settled(self) -> None:
-        """Settle before the indexes are read, unless a writer operation is in
-        progress (a harness reading them from a yield point sees that
+        """Settle before the indexes are read, unless this thread is inside a
+        writer operation (a harness reading them from a yield point sees that
         operation's state as it is)."""
         if not self.is_writer:
             raise AttributeError("reader views have no writer indexes")
-        if self._intent is not None or self.ring_buffer._pending is not None:
+        if (self._intent is not None or self.ring_buffer._pending is not None) and not self._wlock._is_owned():
             with self._wlock:
-                if self._depth == 0:
-                    self._settle()
+                self._settle()
 
-    def _writer_op(self, operation: str) -> _WriterOp:
-        return _WriterOp(self, operation)
+    # One writer operation is ``nested = self._open_op(name)``, then ``with
+    # self._wlock: self._begin(nested)`` and its body: the writer's private
+    # lock is held by a ``with`` statement (so no asynchronous exception can
+    # leave it held), threads are serialized (SW), a forked copy is refused,
+    # and a change an exception interrupted is completed first (``_settle``),
+    # unless the operation runs inside another one of this thread.
+    def _open_op(self, operation: str) -> bool:
+        """Raise :class:`NotWriter` on a reader; whether this thread already
+        holds the writer's lock (a nested operation)."""
+        if not self.is_writer:
+            raise NotWriter(operation)
+        return self._wlock._is_owned()
+
+    def _begin(self, nested: bool) -> None:
+        if FORK_GENERATION[0] != self._generation:
+            raise WrongProcess("writer", self._pid, os.getpid())
+        if not nested:
+            self._settle()
 
     # ------------------------------------------- planned changes (EXC, SW)
     def _settle(self) -> None:
@@ -355,7 +339,9 @@ class SingleWriterShmObjectStorage:
         reading memory the put must reuse (no index, chunk or counter changed;
         pre-clear handles the put would have overwritten stop draining).
         """
-        with self._writer_op("put objects"):
+        nested = self._open_op("put objects")
+        with self._wlock:
+            self._begin(nested)
             if not isinstance(key, str):
                 raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
             if key in self._key_index:
@@ -388,7 +374,9 @@ class SingleWriterShmObjectStorage:
 
     def is_cached(self, key: str) -> bool:
         """Writer: whether ``key`` has a live object."""
-        with self._writer_op("look up keys"):
+        nested = self._open_op("look up keys")
+        with self._wlock:
+            self._begin(nested)
             return key in self._key_index
 
     def get_cached(self, key: str) -> tuple[int, int]:
@@ -397,7 +385,9 @@ class SingleWriterShmObjectStorage:
         Increments ``writer_flag[id]`` and ends a :meth:`touch` protection
         (vLLM >= 0.32).  Unknown key -> :class:`UnknownKey` (a ``KeyError``).
         """
-        with self._writer_op("look up cached objects"):
+        nested = self._open_op("look up cached objects")
+        with self._wlock:
+            self._begin(nested)
             if key not in self._key_index:
                 raise UnknownKey(key)
             address, monotonic_id = self._key_index[key]
@@ -409,7 +399,9 @@ class SingleWriterShmObjectStorage:
 
         Unknown key -> :class:`UnknownKey`.
         """
-        with self._writer_op("sign handles"):
+        nested = self._open_op("sign handles")
+        with self._wlock:
+            self._begin(nested)
             if key not in self._key_index:
                 raise UnknownKey(key)
             address, monotonic_id = self._key_index[key]
@@ -417,7 +409,9 @@ class SingleWriterShmObjectStorage:
 
     def release_touches(self) -> None:
         """Writer: end every :meth:`touch` protection (vLLM >= 0.32)."""
-        with self._writer_op("release touches"):
+        nested = self._open_op("release touches")
+        with self._wlock:
+            self._begin(nested)
             self._touched.clear()
 
     def default_is_free_check(self, id: int, buf: memoryview) -> bool:
@@ -446,7 +440,9 @@ class SingleWriterShmObjectStorage:
         Raises:
             ValueError: not live, or ``reads`` not one count per slot.
         """
-        with self._writer_op("warp reads"):
+        nested = self._open_op("warp reads")
+        with self._wlock:
+            self._begin(nested)
             ring = self.ring_buffer
             if monotonic_id not in ring.metadata or len(reads) != self.n_readers:
                 raise ValueError(f"id {monotonic_id} is not live, or {reads!r} is not one count per reader")
@@ -456,7 +452,9 @@ class SingleWriterShmObjectStorage:
 
     def free_unused(self) -> None:
         """Writer: FIFO-reclaim up to ``2 * max_object_size`` bytes and drop their keys."""
-        with self._writer_op("free objects"):
+        nested = self._open_op("free objects")
+        with self._wlock:
+            self._begin(nested)
             self._free_unused()
 
     def _free_unused(self) -> None:
@@ -470,7 +468,9 @@ class SingleWriterShmObjectStorage:
         """
         if not self.is_writer:
             return
-        with self._writer_op("clear the buffer"):
+        nested = self._open_op("clear the buffer")
+        with self._wlock:
+            self._begin(nested)
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("clear")
             self._do(("clear", self.ring_buffer.clear_plan()))
@@ -492,7 +492,9 @@ class SingleWriterShmObjectStorage:
         with vLLM's messages).
         """
         if self.is_writer:
-            with self._writer_op("verify signatures"):
+            nested = self._open_op("verify signatures")
+            with self._wlock:
+                self._begin(nested)
                 if key is None or self._key_index.get(key) != (address, monotonic_id):
                     raise BadSignature()
                 signing.require_signature(signature, key)
@@ -580,9 +582,9 @@ class SingleWriterShmObjectStorage:
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("pin")
             self._seq += 1
-            words[at] = pin_word(self._seq, cand)
-            fence()
             try:
+                words[at] = pin_word(self._seq, cand)
+                fence()
                 live, size = self._validate(cand, address, monotonic_id)
                 value = self._deserialize(address, size)
                 if live:
@@ -621,7 +623,9 @@ class SingleWriterShmObjectStorage:
         return value
 
     def _writer_get(self, address: Any, monotonic_id: Any) -> Any:
-        with self._writer_op("read objects"):
+        nested = self._open_op("read objects")
+        with self._wlock:
+            self._begin(nested)
             signing.validate_handle_fields(address, monotonic_id)
             ring = self.ring_buffer
             abs_counter = ring.abs_of(monotonic_id)
@@ -651,7 +655,9 @@ class SingleWriterShmObjectStorage:
         vLLM >= 0.32.
         """
         if self.is_writer:
-            with self._writer_op("touch objects"):
+            nested = self._open_op("touch objects")
+            with self._wlock:
+                self._begin(nested)
                 entry = self._key_index.get(key) if isinstance(key, str) else None
                 if entry is not None:
                     self._touched.add(entry[1])

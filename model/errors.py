@@ -221,7 +221,9 @@ class SharedMemoryFull(StoreError, OSError):
 class ReaderStalled(StoreError, RuntimeError):
     """The writer waited too long (seconds) for a reader to finish reading a
     chunk whose memory it must reuse (impl segment v2: a hazard pin held past
-    ``PIN_TIMEOUT``); the put changed nothing."""
+    ``PIN_TIMEOUT``).  The put committed no chunk, index or counter; the
+    pre-clear handles its allocation would have reached no longer drain, and a
+    reclaim it ran stays done."""
 
     kind = "ReaderStalled"
 
