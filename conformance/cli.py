@@ -175,7 +175,15 @@ def _canonical_target(spec: str) -> str:
     return spec
 
 
+_INTERRUPTED: list[int] = []
+"""Signals that interrupted the running command, recorded by the handler before
+it raises: a KeyboardInterrupt raised where Python swallows it (a garbage
+collection callback: "Exception ignored in ...") still ends the command with
+exit 130, never a verdict."""
+
+
 def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    _INTERRUPTED.append(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -205,15 +213,20 @@ def _interruptible(run: Callable[[], int]) -> int:
     """``run()`` with SIGTERM (a CI job cancelled) treated as Ctrl-C: either
     stops it with every worker process stopped and every segment unlinked,
     and gives exit 130."""
-    previous = signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    _INTERRUPTED.clear()
+    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
     try:
-        return run()
+        status = run()
+        if _INTERRUPTED:  # the KeyboardInterrupt was swallowed somewhere: still no verdict
+            raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]}")
+        return status
     except KeyboardInterrupt:
         Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",
                                    markup=False, highlight=False)
         return EXIT_INTERRUPTED
     finally:
-        signal.signal(signal.SIGTERM, previous)
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)
 
 
 def _check(args: argparse.Namespace) -> int:

@@ -189,3 +189,31 @@ def _segments_in_use() -> set[str]:
         except OSError:  # the process ended meanwhile, or is not ours to read
             continue
     return used
+
+
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_an_interrupt_swallowed_by_python_still_exits_130(capsys):
+    """A SIGTERM whose KeyboardInterrupt Python swallows (raised inside a
+    garbage-collection callback: "Exception ignored in ...") must not let the
+    command report a verdict: the handler records it, and the command ends
+    with exit 130 (seen twice in about 16 tries before, with exit 0)."""
+    import gc
+    import os
+    import signal
+
+    from shmspec.conformance import cli
+
+    class Victim:
+        def __del__(self):
+            os.kill(os.getpid(), signal.SIGTERM)  # delivered inside the finalizer: swallowed there
+
+    def run() -> int:
+        v = Victim()
+        v.self = v  # a cycle: collected by the gc, whose callbacks swallow exceptions
+        del v
+        gc.collect()
+        return cli.EXIT_PASS
+
+    assert cli._interruptible(run) == cli.EXIT_INTERRUPTED
+    assert "interrupted" in capsys.readouterr().err
+    assert cli._interruptible(lambda: cli.EXIT_PASS) == cli.EXIT_PASS  # the record is per command
