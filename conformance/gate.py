@@ -23,6 +23,7 @@ does, still surface on stores whose bookkeeping differs.
 from __future__ import annotations
 
 import random
+from contextlib import contextmanager
 import time
 from dataclasses import dataclass, field, replace
 from typing import Any, Callable
@@ -208,6 +209,31 @@ class GateResult:
         return out
 
 
+@contextmanager
+def seed_only():
+    """Within the block, Hypothesis draws no constants from loaded local
+    modules (its ``_get_local_constants`` returns an empty pool), so what a
+    seed explores does not depend on what was imported before (Hypothesis
+    >= 6.131 mixes literals of every loaded local module into its draws:
+    under one seed two runs explored differently)."""
+    try:
+        from hypothesis.internal.conjecture import providers
+        from hypothesis.internal.constants_ast import Constants
+    except ImportError:  # an older Hypothesis without the local-constants pool
+        yield
+        return
+    saved = getattr(providers, "_get_local_constants", None)
+    if saved is None:
+        yield
+        return
+    empty = Constants()
+    providers._get_local_constants = lambda: empty
+    try:
+        yield
+    finally:
+        providers._get_local_constants = saved
+
+
 def run_gate(
     target: LoadedTarget,
     profile: str = "ci",
@@ -246,19 +272,9 @@ def run_gate(
     try:
         if saved_budget is not None:  # Hypothesis's own shrink time limit (default 300 s)
             _engine.MAX_SHRINKING_SECONDS = gp.shrink_seconds
-        for i, campaign in enumerate(campaigns):
-            if on_progress:
-                on_progress(campaign.name, i, len(campaigns))
-            steps_before = sum(r.steps for r in results)
-            res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced)
-            _rebase_detection(res, t0, steps_before)
-            results.append(res)
-            if campaign.mode == "preemption":
-                raced |= {v.property for v in res.violations}
-            # A finding is not hunted again by later campaigns: they start with it excused.
-            for v in res.violations:
-                if v.exc is not None:
-                    config = _excuse(config, v.exc)
+        with seed_only():
+            config = _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0,
+                                    on_progress)
     finally:
         if saved_budget is not None:
             _engine.MAX_SHRINKING_SECONDS = saved_budget
@@ -266,6 +282,25 @@ def run_gate(
         on_progress("done", len(campaigns), len(campaigns))
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
                       config.writer_lock)
+
+
+def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress):
+    """Every campaign in turn (``results`` gets each); returns the config with
+    the findings excused."""
+    for i, campaign in enumerate(campaigns):
+        if on_progress:
+            on_progress(campaign.name, i, len(campaigns))
+        steps_before = sum(r.steps for r in results)
+        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced)
+        _rebase_detection(res, t0, steps_before)
+        results.append(res)
+        if campaign.mode == "preemption":
+            raced |= {v.property for v in res.violations}
+        # A finding is not hunted again by later campaigns: they start with it excused.
+        for v in res.violations:
+            if v.exc is not None:
+                config = _excuse(config, v.exc)
+    return config
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,

@@ -14,7 +14,7 @@ Determinism: Hypothesis (>= 6.131) mixes literal constants from every
 explores differently depending on what was imported before and when (seen:
 touch_ignored, unlocked_increment and writer_unfenced caught in one ci run
 and missed in another).  :func:`run_fault` switches that pool off
-(:func:`_seed_only`), so a fault's gate run is a function of the seed; each
+(:func:`~.gate.seed_only`), so a fault's gate run is a function of the seed; each
 fault also runs in a fresh process (:data:`ISOLATE`).
 
 Results: :class:`MutantsResult`; :func:`write_json` writes ``mutants.json``
@@ -26,7 +26,6 @@ from __future__ import annotations
 
 import statistics
 import time
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable
@@ -35,7 +34,7 @@ from rich.table import Table
 
 import shmspec
 
-from .gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate
+from .gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate, seed_only
 from .loader import load_file
 from .mutants import Fault
 from .report import save_console_html, write_report
@@ -145,27 +144,7 @@ class MutantsResult:
         }
 
 
-@contextmanager
-def _seed_only():
-    """Within the block, Hypothesis draws no constants from loaded local
-    modules (its ``_get_local_constants`` returns an empty pool), so what a
-    seed explores does not depend on import history."""
-    try:
-        from hypothesis.internal.conjecture import providers
-        from hypothesis.internal.constants_ast import Constants
-    except ImportError:  # an older Hypothesis without the local-constants pool
-        yield
-        return
-    saved = getattr(providers, "_get_local_constants", None)
-    if saved is None:
-        yield
-        return
-    empty = Constants()
-    providers._get_local_constants = lambda: empty
-    try:
-        yield
-    finally:
-        providers._get_local_constants = saved
+_seed_only = seed_only  # the gate switches the pool off itself now; kept for callers of the old name
 
 
 def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
