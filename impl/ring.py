@@ -320,8 +320,8 @@ class SingleWriterShmRingBuffer:
         """Writer: make allocation ``abs_counter`` (ending at physical byte
         ``phys_end``) safe to write, and return the readers' ack words for it.
 
-        Closes what the allocation kills in the drain window (bytes below
-        ``phys_end``, the ack word it takes over), fences, and waits until no
+        Ends the drain of the pre-clear chunks the allocation reaches (bytes
+        below ``phys_end``: ``drain_hw`` rises), fences, and waits until no
         reader still reads a chunk that is no longer live (a hazard pin below
         ``abs_start``): such a wait ends when the pin word changes or its
         reader's slot is released (the reader closed or died).
@@ -332,13 +332,11 @@ class SingleWriterShmRingBuffer:
                 chunks the allocation would have reached no longer drain.
         """
         lo, hi, hw = self._drain_words()
-        if lo < hi:
-            new_lo = max(lo, abs_counter - self.max_chunks + 1)
-            new_hw = max(hw, phys_end)
-            if new_lo >= hi:
-                new_lo, new_hw = hi, 0
-            if (new_lo, new_hw) != (lo, hw):
-                self._set_drain(new_lo, hi, new_hw)
+        if lo < hi and phys_end > hw:
+            if phys_end >= self.data_buffer_size:  # every byte reached: the drain is over
+                self._set_drain(hi, hi, 0)
+            else:
+                self._set_drain(lo, hi, phys_end)
         fence()
         table = self.reader_table
         if table is None:

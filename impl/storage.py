@@ -135,9 +135,8 @@ class SingleWriterShmObjectStorage:
     Memory ordering: x86-64 (TSO) plus the fence's full barrier.
 
     ``clear()`` (CLR, vLLM's drain contract): a handle issued before the clear
-    resolves to its own object until an allocation reaches its bytes (or
-    ``max_chunks`` allocations followed), then raises :class:`StaleHandle`;
-    never to another object.
+    resolves to its own object until an allocation reaches its bytes, then
+    raises :class:`StaleHandle`; never to another object.
 
     One writer (SW): writer operations are serialized by a private lock, and a
     forked copy of the writer raises ``WrongProcess``.  Exception safety (EXC):

@@ -45,8 +45,7 @@ class Profile:
             ``reader_count >= writer_count * n_readers``.
         drain: CLR as vLLM's drain contract, exactly: a reader's handle of a
             chunk dropped by the latest ``clear()`` still returns its object
-            while no later allocation overlaps the chunk and fewer than
-            ``max_chunks`` allocations followed it (impl).  Without it a
+            while no later allocation overlaps the chunk (impl).  Without it a
             pre-clear handle is stale at once (``lenient_stale`` profiles may
             return the original object either way).
         chunk_cap: at most ``max_chunks`` chunks are live (:func:`impl_max_chunks`

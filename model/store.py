@@ -134,7 +134,7 @@ class State:
         max_chunks: the live-chunk bound (``Profile.chunk_cap``), else None.
         drain: chunks dropped by the latest ``clear()`` that a reader's handle
             still resolves to (``Profile.drain``): none of their bytes was
-            allocated since, and fewer than ``max_chunks`` allocations followed.
+            allocated since.
         writer_lock: the construction: the writer was given the readers' lock,
             so its gets are counted (vLLM 0.33.0) as those of a reader named
             :data:`WRITER` (per reader: it takes a slot at its first get).
@@ -298,14 +298,10 @@ def _overlaps(a: Chunk, b: Chunk, ring_size: int) -> bool:
 
 
 def _after_allocation(s: State, new: Chunk) -> State:
-    """Drop the drain chunks allocation ``new`` ends: those it overlaps, and
-    those ``max_chunks`` or more allocations old (their ack word is reused)."""
+    """Drop the drain chunks allocation ``new`` overlaps (their bytes are reused)."""
     if not s.drain:
         return s
-    cap = s.max_chunks
-    keep = tuple(c for c in s.drain if not _overlaps(c, new, s.ring.size)
-                 and (cap is None or new.abs_id - c.abs_id < cap))
-    return replace(s, drain=keep)
+    return replace(s, drain=tuple(c for c in s.drain if not _overlaps(c, new, s.ring.size)))
 
 
 def step(state: State, action: Action) -> tuple[State, Outcome]:

@@ -22,7 +22,7 @@ from shmspec.conformance.machine import CAMPAIGNS
 from shmspec.conformance.mutants import CONTROL, MUTANTS_DIR, control, faults
 
 CORE = tuple(c for c in CAMPAIGNS if c.name == "core")
-FAST = ["dup_overwrite", "size_off_by_one", "leaky_close", "early_free"]
+FAST = ["dup_overwrite", "size_off_by_one", "leaky_close", "partial_put_on_reject"]
 
 
 @pytest.fixture(autouse=True)
@@ -62,6 +62,23 @@ def test_every_fault_loads_as_an_impl_profile_file_target():
     for f in faults() + [control()]:
         target = load_file(f.path)
         assert target.profile.name == "impl", f.name
+
+
+def test_ack_word_faults_build_small_rings():
+    """count_before_validate and unlocked_increment misattribute an ack only once
+    an ack word is taken over, ``max_chunks`` allocations later: their rings
+    hold ``MAX_CHUNKS = 2`` chunks (readers take the writer's bound), which the
+    preemption sweep's puts reach; impl's default (1024) the gate never does."""
+    for name in ("count_before_validate", "unlocked_increment"):
+        target = load_file(MUTANTS_DIR / f"{name}.py")
+        ring = target.ring_cls(256, None, True)
+        try:
+            assert ring.max_chunks == target.module.MAX_CHUNKS == 2, name
+            view = target.ring_cls(256, ring.shared_memory.name)
+            assert view.max_chunks == 2, name
+            view.close()
+        finally:
+            ring.close()
 
 
 def test_only_keeps_the_order_and_rejects_unknown_names():

@@ -1,10 +1,10 @@
 """Fault dup_check_late: the duplicate-key check runs after the allocation.
 
-Bug: ``put`` reserves and fills the chunk first and checks whether the key is
-already cached only when it is about to index it; the ``DuplicateKey`` it then
-raises does not roll the allocation back.  The caller sees the right error,
-but an orphan chunk (no key, never readable, never promised to readers) now
-occupies the ring.
+Bug: ``put`` allocates (reserves and commits) the chunk first and checks
+whether the key is already cached only when it is about to index it; the
+``DuplicateKey`` it then raises does not roll the allocation back.  The
+caller sees the right error, but an orphan chunk (no key, never readable,
+never promised to readers) now occupies the ring.
 
 Must be caught by: DUP (a put of a cached key is rejected, and nothing is lost
 or changed by it).

@@ -16,12 +16,12 @@ objects in 3.6M gets (docs/impl-protocol.md).  Everything else is impl's
 segment-v2 store (drain after ``clear()`` included); ``reads``/``warp_reads``
 are hidden so the harness reads and warps the in-band count, as on vLLM.
 
-Must be caught by: RC (the preemption campaign pauses a re-reading reader at
-its increment, under the lock the writer does not take, while the writer
-reclaims and reuses the slot: the new chunk's count exceeds the gets started
-against its handle).  The aggregate threshold also lets one reader's second
-read stand in for another's: CONFORMANCE (the model counts per reader) is
-expected too.
+Must be caught by: RC (the preemption campaign pauses a reader at its
+increment, under the lock the writer does not take, while the writer clears
+or reclaims and reuses the slot: the new chunk's count exceeds the gets
+started against its handle).  The aggregate threshold also lets one reader's
+second read stand in for another's: CONFORMANCE and OOM (the model counts per
+reader) come first, in the lockstep campaigns.
 """
 
 import os
@@ -30,6 +30,7 @@ from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
 from shmspec.impl import layout, yieldpoints
 from shmspec.impl.layout import bytes_to_int32, int32_to_bytes
+from shmspec.impl.readers import FORK_GENERATION
 from shmspec.model.errors import WrongProcess
 
 SHMSPEC_PROFILE = "impl"
@@ -50,7 +51,7 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
             return self._writer_get(address, monotonic_id)
         cand = self._authenticate(address, monotonic_id, signature, key)
         with self._rlock:
-            if os.getpid() != self._pid:
+            if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
             # BUG: no hazard pin; the read is counted in-band, and only the reader lock
             # (which vLLM's writer does not hold) orders the increment against reclaim.

@@ -1,14 +1,15 @@
 """Variant inband_only: a reader trusts the in-band chunk header, like vLLM.
 
-Bug: a reader's ``get`` authenticates the handle, then validates it *only* by
-comparing the id field of the chunk header found at ``address % B`` with the
-handle's id -- exactly what vLLM 0.11 - 0.33 do.  The liveness check against
-the writer-published control block (``abs_start <= cand < abs_end``, done
-before and after copying the payload) is gone.  Once the chunk is freed and
-its bytes are reused, any payload that happens to contain ``[stale id][size]``
-where the stale handle points is taken for the original chunk: the reader
-deserializes foreign bytes and even bumps a "reader count" inside another
-object's data.
+Bug: a reader's ``get`` (and ``touch``) authenticates the handle and pins it,
+then validates it *only* by comparing the id field of the chunk header found
+at ``address % B`` with the handle's id -- exactly what vLLM 0.11 - 0.33 do.
+The check against the writer-published control block (live: ``abs_start <=
+cand < abs_end``; or a drain chunk whose bytes no allocation since the clear
+reached) is gone, and every header match counts as live.  Once the chunk is
+freed and its bytes are reused, any payload that happens to contain ``[stale
+id][size]`` where the stale handle points is taken for the original chunk: the
+reader deserializes foreign bytes (and acknowledges a read of a chunk that is
+no longer there).  (``_validate`` below is impl's without the control block.)
 
 Must be caught by: NRR (the gate's adversarial campaign places fake headers
 carrying the stale id in new payloads exactly where stale handles point; the
@@ -17,29 +18,17 @@ reader returns the FORGED object).  CONFORMANCE is also expected to differ.
 
 from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
-from shmspec.impl import layout
-from shmspec.impl.layout import bytes_to_int32, int32_to_bytes
+from shmspec.impl import yieldpoints
 
 SHMSPEC_PROFILE = "impl"
 
 
 class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
-    def get(self, address, monotonic_id, signature=None, key=None):
-        if self.is_writer:
-            return self._writer_get(address, monotonic_id)
-        self._authenticate(address, monotonic_id, signature, key)
-        # BUG: no _check_live(...) against the control block; the header id is trusted.
-        size = self._check_header(address, monotonic_id)
-        region = self.ring_buffer.data_region
-        offset = address % self.ring_buffer.data_buffer_size
-        payload = bytes(region[offset + layout.OBJECT_HEADER : offset + size])
-        count_at = offset + layout.MD_SIZE
-        with self._reader_lock:
-            count = bytes_to_int32(region[count_at : count_at + self.flag_bytes])
-            region[count_at : count_at + self.flag_bytes] = int32_to_bytes(
-                min(count + 1, layout.INT32_MAX)
-            )
-        return self.ser_de.deserialize(memoryview(payload))
+    def _validate(self, cand, address, monotonic_id):
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("reader_check")
+        # BUG: no liveness / drain check against the control block; the header id is trusted.
+        return True, self._check_header(address, monotonic_id)
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

@@ -1,9 +1,11 @@
 """Variant leaky_close: closing the writer does not unlink the segment.
 
-Bug: the ring's ``close()`` releases the mapping but never unlinks the
-segment name (the writer is treated like a reader), so every closed store
-leaves a ``/dev/shm`` entry behind until reboot.  ``__del__`` goes through the
-same ``close()``, so garbage collection does not rescue it either.
+Bug: the ring's ``close()`` releases the mapping (and closes the reader
+table) but never unlinks the ring segment's name (the writer is treated like a
+reader), so every closed store leaves a ``/dev/shm`` entry behind until
+reboot.  ``__del__`` goes through the same ``close()``, so garbage collection
+does not rescue it either.  (``close`` below is impl's with only the unlink
+flag changed.)
 
 Must be caught by: LEAK (closing the writer leaves no shared-memory segment
 behind).
@@ -21,12 +23,17 @@ class SingleWriterShmRingBuffer(_impl.SingleWriterShmRingBuffer):
         if self._closed or not hasattr(self, "shared_memory"):
             return
         self._closed = True
-        for view in (self._ctl, self._data):
-            if view is not None:
-                view.release()
-        self._ctl = None
-        self._data = None
-        segment.release_segment(self.shared_memory, unlink=False)  # BUG: writer must unlink
+        table, self.reader_table = self.reader_table, None
+        try:
+            if table is not None:
+                table.close()
+        finally:
+            for view in (self._ctl, self._data):
+                if view is not None:
+                    view.release()
+            self._ctl = None
+            self._data = None
+            segment.release_segment(self.shared_memory, unlink=False)  # BUG: the writer must unlink
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

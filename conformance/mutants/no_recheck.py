@@ -1,21 +1,27 @@
-"""Fault no_recheck: a reader copies the payload after validating and counting, and never re-validates.
+"""Fault no_recheck: a reader validates the handle before publishing its pin, and never re-validates.
 
-Bug: a reader's ``get`` validates the handle (liveness, header), counts its
-read under the lock, and only then copies the payload out and deserializes
-the copy, with no re-check after the copy: the time-of-check/time-of-use race.
-Once the count is in, the writer may reclaim the chunk (every promised read
-is counted) and reuse its memory while the reader is still copying, so the
-copy holds the next object's bytes (or a torn mix) and is returned under the
-old handle.  impl copies *before* counting and re-validates the copy.
+Bug: a reader's ``get`` validates the handle against the control block (and
+its header) first and only then publishes its hazard pin, fences,
+deserializes and acknowledges -- with no re-validation after the pin: the
+time-of-check/time-of-use race.  A writer that drops the chunk (a
+``clear()``, or a reclaim once every promised read is acknowledged, e.g. on a
+re-read) and scans the pins between the reader's check and its pin sees no
+pin and reuses the memory, so the reader deserializes the next object's bytes
+(or a torn mix) and returns them under the old handle.  impl pins *first* and validates after the fence, so
+either the reader sees the reclaim or the writer sees the pin (Dekker).
 
-Must be caught by: NRR (the preemption campaign pauses the reader between
-its count and its copy while the writer clears or reclaims and reuses the slot).
+Must be caught by: NRR (the preemption campaign pauses the reader between its
+check and its pin while the writer clears or reclaims and reuses the slot).
 """
+
+import os
 
 from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
-from shmspec.impl import layout, yieldpoints
-from shmspec.impl.layout import bytes_to_int32, int32_to_bytes
+from shmspec.impl import yieldpoints
+from shmspec.impl.layout import pin_word
+from shmspec.impl.readers import FORK_GENERATION, fence
+from shmspec.model.errors import WrongProcess
 
 SHMSPEC_PROFILE = "impl"
 
@@ -24,27 +30,26 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
     def get(self, address, monotonic_id, signature=None, key=None):
         if self.is_writer:
             return self._writer_get(address, monotonic_id)
-        cand, abs_end = self._authenticate(address, monotonic_id, signature, key)
-        self._check_live(cand, abs_end, address, monotonic_id)
-        size = self._check_header(address, monotonic_id)
-        region = self.ring_buffer.data_region
-        offset = address % self.ring_buffer.data_buffer_size
-        count_at = offset + layout.MD_SIZE
-        with self._locked():
-            self._check_live(cand, abs_end, address, monotonic_id)
+        cand = self._authenticate(address, monotonic_id, signature, key)
+        with self._rlock:
+            if FORK_GENERATION[0] != self._generation:
+                raise WrongProcess("reader", self._pid, os.getpid())
+            words, at = self._words, self._pin_at
+            live, size = self._validate(cand, address, monotonic_id)  # BUG: checked before the pin ...
             if yieldpoints.HOOK is not None:
-                yieldpoints.HOOK("counter_increment")
-            count = bytes_to_int32(region[count_at : count_at + self.flag_bytes])
-            region[count_at : count_at + self.flag_bytes] = int32_to_bytes(
-                min(count + 1, layout.INT32_MAX)
-            )
-        if yieldpoints.HOOK is not None:
-            yieldpoints.HOOK("payload_read")
-        # BUG: copied after the count released the chunk, and never re-validated
-        payload = bytes(region[offset + layout.OBJECT_HEADER : offset + size])
-        if yieldpoints.HOOK is not None:
-            yieldpoints.HOOK("deserialize")
-        return self.ser_de.deserialize(memoryview(payload))
+                yieldpoints.HOOK("pin")
+            self._seq += 1
+            try:
+                words[at] = pin_word(self._seq, cand)
+                fence()
+                value = self._deserialize(address, size)  # ... and never re-validated under it
+                if live:
+                    if yieldpoints.HOOK is not None:
+                        yieldpoints.HOOK("counter_increment")
+                    words[self._ack_at + cand % self._max_chunks] += 1
+            finally:
+                words[at] = 0
+        return value
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

@@ -1,10 +1,11 @@
 """Variant oom_no_reclaim: ``put`` gives up on the first ``MemoryError``.
 
-Bug: when the allocation fails, ``put`` is meant to run ``free_unused()`` (FIFO
-reclaim of up to ``2 * max_object_size`` bytes) and allocate once more.  Here
-the reclaim inside ``put`` is a no-op (e.g. it was guarded by a flag that is
-never set), so ``put`` raises ``MemoryError`` while fully-read chunks could
-have been reclaimed.  An explicit ``free_unused()`` still works.
+Bug: when the allocation fails, ``put`` is meant to run the reclaim
+(``_free_unused``: FIFO reclaim of up to ``2 * max_object_size`` bytes) and
+allocate once more.  Here the reclaim inside ``put`` is a no-op (e.g. it was
+guarded by a flag that is never set), so ``put`` raises ``MemoryError`` while
+fully-read chunks could have been reclaimed.  An explicit ``free_unused()``
+still works.
 
 Must be caught by: OOM (``put`` raises ``MemoryError`` exactly when, after FIFO
 reclaim, no contiguous room exists).
@@ -26,10 +27,10 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
         finally:
             self._inside_put = False
 
-    def free_unused(self):
+    def _free_unused(self):
         if self._inside_put:
             return  # BUG: no reclaim before the retry, so the retry fails too
-        super().free_unused()
+        super()._free_unused()
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

@@ -1,10 +1,11 @@
 """Fault partial_put_on_reject: a rejected oversize put leaves its chunk behind.
 
-Bug: ``put`` allocates the chunk first ("reserve, then fill") and only then
-checks the object against ``max_object_size``; the ``ObjectTooLarge`` raised
-afterwards does not roll the allocation back.  The half-made chunk (header
-written, no payload, no key) stays in the ring, takes space and an id, and is
-published by the next successful put.
+Bug: ``put`` allocates the chunk first ("allocate, then fill": reserved and
+committed, because impl's ``_settle`` would drop a mere reservation) and only
+then checks the object against ``max_object_size``; the ``ObjectTooLarge``
+raised afterwards does not roll the allocation back.  The half-made chunk
+(header written, no payload, no key) stays in the ring and takes space and an
+id.
 
 Must be caught by: SIZE (an object over ``max_object_size`` is rejected, and
 nothing changes).
@@ -26,7 +27,7 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
             object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
             if object_nbytes > self.max_object_size:
                 try:  # BUG: allocated before the size check, never rolled back
-                    self.ring_buffer.reserve_buf(object_nbytes)
+                    self.ring_buffer.allocate_buf(object_nbytes)
                 except MemoryError:
                     pass
                 raise ObjectTooLarge(object_nbytes, self.max_object_size)

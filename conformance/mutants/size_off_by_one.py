@@ -12,8 +12,7 @@ nothing changes).
 from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmRingBuffer
 from shmspec.impl import layout, yieldpoints
-from shmspec.impl.layout import int32_to_bytes
-from shmspec.impl.storage import _check_serialized
+from shmspec.impl.storage import _ZERO_COUNT, _check_serialized
 from shmspec.model.errors import BadHandleFields, DuplicateKey, ObjectTooLarge
 
 SHMSPEC_PROFILE = "impl"
@@ -21,42 +20,38 @@ SHMSPEC_PROFILE = "impl"
 
 class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
     def put(self, key, value):
-        self._require_writer("put objects")
-        if not isinstance(key, str):
-            raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
-        if key in self.key_index:
-            raise DuplicateKey(key)
-        data, data_nbytes, metadata, md_nbytes = self.ser_de.serialize(value)
-        pieces, md_view = _check_serialized(data, data_nbytes, metadata, md_nbytes)
-        object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
-        if md_nbytes + data_nbytes > self.max_object_size:  # BUG: flag_bytes not counted
-            raise ObjectTooLarge(object_nbytes, self.max_object_size)
-        ring = self.ring_buffer
-        try:
-            address, monotonic_id = ring.reserve_buf(object_nbytes)
-        except MemoryError:
-            self.free_unused()
-            address, monotonic_id = ring.reserve_buf(object_nbytes)
-        try:
+        nested = self._open_op("put objects")
+        with self._wlock:
+            self._begin(nested)
+            if not isinstance(key, str):
+                raise BadHandleFields(f"key must be a str, got {type(key).__name__}")
+            if key in self._key_index:
+                raise DuplicateKey(key)
+            data, data_nbytes, metadata, md_nbytes = self.ser_de.serialize(value)
+            pieces, md_view = _check_serialized(data, data_nbytes, metadata, md_nbytes)
+            object_nbytes = self.flag_bytes + md_nbytes + data_nbytes
+            if md_nbytes + data_nbytes > self.max_object_size:  # BUG: flag_bytes not counted
+                raise ObjectTooLarge(object_nbytes, self.max_object_size)
+            ring = self.ring_buffer
+            try:
+                address, monotonic_id = ring.reserve_buf(object_nbytes)
+            except MemoryError:
+                self._free_unused()
+                address, monotonic_id = ring.reserve_buf(object_nbytes)
+            pending = ring._pending
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_write")
             region = ring.data_region
             pos = address % ring.data_buffer_size + layout.MD_SIZE
-            region[pos : pos + self.flag_bytes] = int32_to_bytes(0)
+            region[pos : pos + self.flag_bytes] = _ZERO_COUNT
             pos += self.flag_bytes
             region[pos : pos + md_nbytes] = md_view
             pos += md_nbytes
             for piece in pieces:
                 region[pos : pos + piece.nbytes] = piece
                 pos += piece.nbytes
-        except BaseException:
-            ring.rollback_buf(address, monotonic_id)
-            raise
-        self.writer_flag[monotonic_id] = self.writer_flag.get(monotonic_id, 0) + 1
-        self.key_index[key] = (address, monotonic_id)
-        self.id_index[monotonic_id] = key
-        ring.publish()
-        return address, monotonic_id
+            self._do(("put", key, pending))
+            return address, monotonic_id
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

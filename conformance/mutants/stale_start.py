@@ -1,19 +1,17 @@
 """Fault stale_start: ``start`` is not advanced when a chunk is freed.
 
-Bug: ``free_buf`` drops the oldest chunk (ids, metadata, the published
+Bug: reclaiming the oldest chunk drops it (ids, metadata, the published
 ``abs_start``) but leaves ``data_buffer_start`` where it was; only when the
 ring becomes empty are ``start = end = 0`` reset.  The writer's idea of the
 free space is stale: bytes already reclaimed still count as used, so puts fail
-with ``MemoryError`` (or wrap) where the space is free.  (``free_buf`` below
-is impl's with only the pointer update removed.)
+with ``MemoryError`` (or wrap) where the space is free.  (``reclaim_plan``
+below is impl's with only the ``start`` update removed.)
 
 Must be caught by: OOM (put raises ``MemoryError`` exactly when, after FIFO
 reclaim, no contiguous room exists: on the store's own chunks, FIFO reclaim
 leaves room that its stale ``start`` hides).  CONFORMANCE (``start`` differs
 from the model) usually comes first.
 """
-
-from itertools import chain
 
 from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle, SingleWriterShmObjectStorage
@@ -23,40 +21,30 @@ SHMSPEC_PROFILE = "impl"
 
 
 class SingleWriterShmRingBuffer(_impl.SingleWriterShmRingBuffer):
-    def free_buf(self, is_free_fn, nbytes=None):
-        self._require_writer("free buffers")
+    def reclaim_plan(self, is_free_fn, nbytes=None):
         data = self.data_region
         B = self.data_buffer_size
         if nbytes is None:
             nbytes = B
-        first_id = self.monotonic_id_start
+        start, end, abs_counter = self.data_buffer_start, self.data_buffer_end, self._abs_start
+        retires = []
         freed = 0
-        while self._abs_start < self._abs_end and freed < nbytes:
-            oldest = self._abs_start % self.ID_MAX
-            address = self.metadata[oldest]
+        while abs_counter < self._abs_end and freed < nbytes:
+            oldest = abs_counter % self.ID_MAX
+            offset = self.metadata[oldest] % B
             size = self._sizes[oldest]
-            offset = address % B
             with data[offset + self.MD_SIZE : offset + size] as view:
                 if not is_free_fn(oldest, view):
                     break
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("free_step")
-            self._abs_start += 1
-            self._publish_start()
-            del self.metadata[oldest]
-            del self._sizes[oldest]
-            nxt = self._abs_start % self.ID_MAX
-            if self._abs_start >= self._abs_end:
-                self.data_buffer_start = self.data_buffer_end = 0
-            # BUG: else branch "start += (metadata[nxt] - start) % B" missing
+            if abs_counter + 1 >= self._abs_end:
+                start = end = 0
+            # BUG: else branch "start += (metadata[next] - start) % B" missing
+            retires.append((abs_counter, oldest, start, end))
+            abs_counter += 1
             freed += size
-        if self.data_buffer_start >= B:
-            self.data_buffer_start -= B
-            self.data_buffer_end -= B
-        last_id = self.monotonic_id_start
-        if last_id >= first_id:
-            return range(first_id, last_id)
-        return chain(range(first_id, self.ID_MAX), range(0, last_id))
+        return retires, ((start - B, end - B) if start >= B else None)
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]

@@ -2,8 +2,9 @@
 
 Bug: ``get`` checks the handle's signature, but the reader-side ``touch``
 (vLLM >= 0.32: validate a handle without reading it) was written separately and
-only checks liveness and the chunk header; a missing, flipped or wrong-key
-signature is accepted, so a client learns which forged handles are live.
+only checks the fields, the control block and the chunk header; a missing,
+flipped or wrong-key signature is accepted, so a client learns which forged
+handles are live.
 
 Must be caught by: AUTH (a forged or altered handle is rejected; the auth
 campaign's forged touches).
@@ -22,11 +23,9 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
         if self.is_writer:
             return super().touch(key, address, monotonic_id, signature)
         signing.validate_handle_fields(address, monotonic_id, None, None)
-        abs_end = self.ring_buffer.published_abs_end()
-        cand = candidate_abs(monotonic_id, abs_end)  # BUG: signature never checked
-        self._check_live(cand, abs_end, address, monotonic_id)
-        self._check_header(address, monotonic_id)
-        self._check_live(cand, abs_end, address, monotonic_id)
+        cand = candidate_abs(monotonic_id, self.ring_buffer.published_abs_end())  # BUG: signature never checked
+        self._validate(cand, address, monotonic_id)
+        self._validate(cand, address, monotonic_id)
         return None
 
 
