@@ -268,6 +268,17 @@ class StoreAdapter:
             chunks, dict(w.key_index), B,
         )
 
+    def stored_object(self, address: int) -> Any:
+        """The object in the segment at ``address`` as the harness serde reads
+        it (``Blob``, or ``Garbage`` for bytes that are not one), straight from
+        the chunk's bytes: nothing counted, nothing validated."""
+        rb = self.writer.ring_buffer
+        buf = rb.shared_memory.buf
+        p = data_offset(rb) + address % rb.data_buffer_size
+        size = int.from_bytes(buf[p + 4 : p + 8], "little", signed=True)
+        end = min(p + max(size, 12), data_offset(rb) + rb.data_buffer_size)
+        return HarnessSerde.decode(bytes(buf[p + 12 : end]))
+
     def close(self) -> bool:
         """Close every view, then the writer.  Returns True when the segment is
         gone afterwards (property LEAK)."""

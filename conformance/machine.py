@@ -20,7 +20,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, pr
 
 from .loader import LoadedTarget
 from .serde import object_nbytes
-from .session import BAD_FIELDS, FORGERIES, Call, Session, SessionConfig
+from .session import BAD_FIELDS, FORGERIES, INTERRUPT_POINTS, Call, Session, SessionConfig
 
 KEYS = tuple(f"k{i}" for i in range(8))
 """A small key pool, so duplicate puts happen (8 keys: enough live objects to fill the ring)."""
@@ -60,6 +60,8 @@ CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("touch", frozenset({"put", "consume", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused"}),
              frozenset({"NRR", "OOM"} | _EVERY_STEP), needs_touch=True),
     Campaign("lock", frozenset({"put", "get_live", "attach_lockless"}), frozenset({"LOCK"} | _EVERY_STEP)),
+    Campaign("exc", frozenset({"put", "consume", "get_cached", "get_live", "free_unused", "clear", "put_failing",
+                               "interrupted"}), frozenset({"EXC"} | _EVERY_STEP)),
 )
 
 
@@ -200,6 +202,19 @@ class _Base(RuleBasedStateMachine):
     def free_unused(self):
         self._run(Call("writer", "free_unused"))
 
+    def put_failing(self, key, body):
+        """A put whose serialized object the store cannot copy (EXC)."""
+        self._run(Call("writer", "put_failing", {"key": key, "data": (self._tag() + body).hex()}))
+
+    def interrupted(self, data, op, key, body):
+        """A writer operation with an asynchronous exception at one of its
+        yield points (EXC; targets that run impl's yield points)."""
+        at = data.draw(st.sampled_from(INTERRUPT_POINTS[op]), label="at")
+        args = {"op": op, "at": at}
+        if op == "put":
+            args.update(key=key, data=(self._tag() + body).hex())
+        self._run(Call("writer", "interrupt", args))
+
     def attach_lockless(self):
         n = sum(1 for s in self.session.trace if s.action == "attach_reader")
         self._run(Call(f"x{n}", "attach_reader", {"lock": False}))
@@ -232,7 +247,18 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
         "clear": ({}, None),
         "free_unused": ({}, None),
         "attach_lockless": ({}, None),
+        "put_failing": (dict(key=keys, body=payloads(config.max_object_size - object_nbytes(b"") - 12)), None),
+        "interrupted": (dict(data=st.data(), op=st.sampled_from(sorted(INTERRUPT_POINTS)), key=keys,
+                             body=payloads(config.max_object_size - object_nbytes(b"") - 4)), None),
     }
+
+
+def _runs_impl_yield_points(target: LoadedTarget) -> bool:
+    """impl and stores derived from its classes call impl's yield points (the
+    ``interrupted`` rule raises there); other targets have none."""
+    from shmspec import impl
+
+    return issubclass(target.storage_cls, impl.SingleWriterShmObjectStorage)
 
 
 def machine_for(target: LoadedTarget, campaign: Campaign, config: SessionConfig) -> type[RuleBasedStateMachine]:
@@ -243,6 +269,8 @@ def machine_for(target: LoadedTarget, campaign: Campaign, config: SessionConfig)
     ns: dict[str, object] = {"target": target, "config": config}
     for name in sorted(campaign.rules):
         if name in ("touch_forged", "release_touches") and target.profile.touch != "protecting":
+            continue
+        if name == "interrupted" and not _runs_impl_yield_points(target):
             continue
         strategies, pre = specs[name]
         body = getattr(_Base, name)

@@ -57,10 +57,33 @@ def metadata_for(data: bytes) -> bytes:
     return MAGIC + struct.pack("<I", len(data))
 
 
+@dataclass(frozen=True)
+class Uncopyable:
+    """A blob whose serialized data the store cannot copy into the ring
+    (property EXC): the serde hands over ``[data, <a piece of n bytes with no
+    buffer>]``, so a store that allocates before it copies fails after its
+    allocation (vLLM's ``copy_to_buffer``), one that checks first fails before."""
+
+    data: bytes
+
+
+class _NoBuffer:
+    """``len()`` says ``n`` bytes, but it exports no buffer: copying it raises TypeError."""
+
+    def __init__(self, n: int):
+        self.n = n
+
+    def __len__(self) -> int:
+        return self.n
+
+
 class HarnessSerde:
     """``ObjectSerde``-compatible: ``serialize(Blob) -> (data, nbytes, md, md_nbytes)``."""
 
     def serialize(self, value: Any) -> tuple[bytes, int, bytes, int]:
+        if isinstance(value, Uncopyable):
+            md = metadata_for(value.data + b"\0" * 8)
+            return [value.data, _NoBuffer(8)], len(value.data) + 8, md, len(md)
         if not isinstance(value, Blob):
             raise TypeError(f"HarnessSerde serializes Blob values, not {type(value).__name__}")
         md = metadata_for(value.data)
@@ -68,7 +91,11 @@ class HarnessSerde:
 
     def deserialize(self, data: memoryview) -> Any:
         DESERIALIZE_CALLS[0] += 1
-        raw = bytes(data)
+        return self.decode(bytes(data))
+
+    @staticmethod
+    def decode(raw: bytes) -> Any:
+        """``[MAGIC][n][n bytes]`` -> ``Blob``; anything else -> ``Garbage``."""
         if len(raw) >= MD_BYTES and raw[:4] == MAGIC:
             (n,) = struct.unpack_from("<I", raw, 4)
             if MD_BYTES + n == len(raw):

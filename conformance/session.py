@@ -46,7 +46,22 @@ BAD_FIELDS = {
 """Malformed handle fields a reader may be handed (each must give ValueError)."""
 
 
-SEVERITY = ("NRR", "DISJ", "RC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "OOM", "LEAK", "CONFORMANCE")
+SEVERITY = ("NRR", "DISJ", "RC", "EXC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "OOM", "LEAK",
+            "CONFORMANCE")
+
+INTERRUPT_POINTS: dict[str, tuple[str, ...]] = {
+    "put": ("free_step", "pin_scan", "header_write", "payload_write", "publish"),
+    "free_unused": ("free_step",),
+    "clear": ("clear",),
+}
+"""The write yield points (model/steps.py) at which the exception campaign
+raises an asynchronous exception, per writer operation (EXC)."""
+
+
+class InjectedInterrupt(BaseException):
+    """Raised by the harness from a target's yield point (property EXC): a
+    ``BaseException``, like ``KeyboardInterrupt``, so a store's ``except
+    Exception`` does not swallow it."""
 """When one step breaks several properties, the most severe is raised first."""
 
 
@@ -468,6 +483,88 @@ class Session:
     def _do_free_unused(self, call: Call):
         a = M.Action.of("free_unused")
         return a, self._model(a), self.adapter.free_unused(), []
+
+    # -- exception safety (EXC) ---------------------------------------------
+    def _do_put_failing(self, call: Call):
+        """A put whose serialized data the store cannot copy (``Uncopyable``):
+        it must raise and leave the store as before (or as after the reclaim
+        it ran: chunks every reader had read)."""
+        key, data = call.args["key"], bytes.fromhex(call.args["data"])
+        a = M.Action.of("put", key=key, value=data, nbytes=object_nbytes(data) + 8)
+        obs = self.adapter.put(key, serde.Uncopyable(data))
+        outcomes = [("as before", self.state), ("as after its reclaim", M._free_unused(self.state))]
+        if obs.ok:
+            outcomes = []  # the put cannot have succeeded: its data has no bytes to copy
+        return self._exc_outcome(call, a, outcomes, f"put of an uncopyable object: {render(obs)}")
+
+    def _do_interrupt(self, call: Call):
+        """``op`` (put, free_unused or clear) with an asynchronous exception
+        raised at its first ``at`` yield point: afterwards (a snapshot reads
+        the writer's indexes, which lets impl complete an interrupted commit)
+        the store must be as before it, or as after it (a put: or as after
+        its reclaim alone)."""
+        from shmspec.impl import yieldpoints
+
+        op, at = call.args["op"], call.args["at"]
+        if at not in INTERRUPT_POINTS[op]:
+            raise ValueError(f"{op} has no interrupt point {at!r}")
+        if op == "put":
+            key, data = call.args["key"], bytes.fromhex(call.args["data"])
+            a = M.Action.of("put", key=key, value=data, nbytes=object_nbytes(data))
+            run = lambda: self.adapter.writer.put(key, Blob(data))  # noqa: E731
+        else:
+            a = M.Action.of(op)
+            run = getattr(self.adapter.writer, op)
+        after, _ = M.step(self.state, a)
+        outcomes = [("as before", self.state), ("as after", after)]
+        if op == "put":
+            outcomes.append(("as after its reclaim", M._free_unused(self.state)))
+        fired = []
+
+        def hook(point: str) -> None:
+            if point == at and not fired:
+                fired.append(point)
+                raise InjectedInterrupt(f"injected at {at}")
+
+        saved, yieldpoints.HOOK = yieldpoints.HOOK, hook
+        try:
+            run()
+            how = f"{op} ran to its end ({at} was not reached)"
+        except InjectedInterrupt:
+            how = f"{op} interrupted at {at}"
+        except Exception as exc:  # noqa: BLE001 - a store error (e.g. OutOfSpace) before the point
+            how = f"{op} raised {type(exc).__name__} before {at}"
+        finally:
+            yieldpoints.HOOK = saved
+        return self._exc_outcome(call, a, outcomes, how)
+
+    def _exc_outcome(self, call: Call, a: M.Action, outcomes: list[tuple[str, M.State]], how: str):
+        """Match the target's state with each allowed model state; adopt the
+        first that matches, else an EXC violation."""
+        got = self.adapter.snapshot().comparable()
+        key = call.args.get("key")
+        entry = dict(got[5]).get(key) if key is not None else None
+        if entry is not None and call.args.get("op", "put") == "put" and entry not in dict(_model_snapshot(self.state)[5]).values():
+            stored = self.adapter.stored_object(entry[0])
+            if stored != Blob(bytes.fromhex(call.args["data"])):  # no key without its object
+                text = f"{how}; key cached on a chunk that holds {stored!r}"
+                v = [("EXC", f"{how}: key {key!r} is cached at {tuple(entry)}, whose chunk holds {stored!r}, not "
+                             f"the object put{serde.difference(stored, bytes.fromhex(call.args['data']))}")]
+                return a, M.Outcome(value=text), Observation(value=text), v
+        for name, st_ in outcomes:
+            if _model_snapshot(st_) == got:
+                if st_ is not self.state and call.args.get("op", "put") == "clear":
+                    self.epoch += 1
+                self.state = st_
+                if name == "as after" and entry is not None and call.args.get("op", "put") == "put":
+                    self.put_data[key] = bytes.fromhex(call.args["data"])
+                    self._issue(key, tuple(entry), self.put_data[key])
+                text = f"{how}; store {name}"
+                return a, M.Outcome(value=text), Observation(value=text), []
+        want = " or ".join(f"{n} ({_tuple_diff(_model_snapshot(st_), got) or 'equal'})" for n, st_ in outcomes[:2])
+        text = f"{how}; store neither as before nor as after"
+        v = [("EXC", f"{how}: the store is neither as before nor as after it: {want}")]
+        return a, M.Outcome(value=text), Observation(value=text), v
 
     def _do_warp(self, call: Call):
         """Boundary programs: start the (empty) store at ``start`` (bytes) with

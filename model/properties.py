@@ -20,7 +20,7 @@ from .ring import ID_MAX, Chunk
 from .store import Action, Outcome, State, is_free
 
 PROPERTY_IDS: tuple[str, ...] = (
-    "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
+    "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -37,6 +37,8 @@ DESCRIPTIONS: dict[str, str] = {
     "CLR": "a handle issued before clear() resolves after it only to its own, intact object (drain), or never (strict)",
     "AUTH": "a forged or altered signed handle is rejected before any shared byte is read",
     "LEAK": "closing the writer leaves no shared-memory segment behind",
+    "EXC": "a put, reclaim or clear that raises (a serializer result that cannot be copied, an asynchronous "
+           "exception at a yield point) leaves the store as before it or as after it",
     "CONFORMANCE": "the target's outcomes and state agree with the reference model",
 }
 

@@ -46,7 +46,7 @@ VARIANTS: dict[str, tuple[str, str | None]] = {
 
 # Every property of SEMANTICS.md but WRAP (these campaigns never reach id
 # wraparound; the boundary campaign does: tests/test_boundary.py).
-IMPL_MUST_PASS = ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK")
+IMPL_MUST_PASS = ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK", "EXC")
 
 
 # The campaign of the ci gate aimed at each property.  Running that campaign
@@ -54,7 +54,7 @@ IMPL_MUST_PASS = ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CL
 # vLLM releases in test_gate_vllm.py.
 AIMED = {
     "RC": "core", "DUP": "core", "SIZE": "core", "OOM": "core", "LEAK": "core", "DISJ": "core",
-    "NRR": "adversarial", "CLR": "stale", "AUTH": "auth", "LOCK": "lock",
+    "NRR": "adversarial", "CLR": "stale", "AUTH": "auth", "LOCK": "lock", "EXC": "exc",
 }
 
 

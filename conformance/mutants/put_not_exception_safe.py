@@ -11,23 +11,9 @@ previous occupant's bytes: ``get_cached`` hands the handle out, and readers
 return a torn object.  impl stages the put as an intent, writes every byte
 first and commits in one idempotent step.
 
-Must be caught by: CONFORMANCE (the store after the failed put differs from
-the store before it: the key is cached, the chunk live, the payload not the
-object put).  The property this really breaks is EXC (a failed put leaves the
-store as before it), which is not one of the gate's properties yet.
-
-Not caught by the gate yet: no campaign makes a put fail after its
-reservation -- the harness serde's output is always well formed, no
-campaign sends an asynchronous exception, and ``ReaderStalled`` (raised
-before anything is committed anyway) needs a reader pinned for
-``PIN_TIMEOUT`` seconds -- and no reader learns a handle before its put has
-returned, so a commit that comes before the payload is invisible.  The
-missing check is an exception-injection campaign: raise (e.g.
-``KeyboardInterrupt``) from the writer's yield-point hook at each write-path
-point of a put, a reclaim and a clear (``pin_scan``, ``header_write``,
-``payload_write``, ``publish``, ``free_step``, ``clear``), then require the
-target's snapshot to equal the model's state before the operation (or after
-it), and every later get of a cached key to return the object put under it.
+Must be caught by: EXC (the exception campaign raises at the put's
+``payload_write`` yield point: afterwards the key is cached on a chunk that
+does not hold the object put).
 """
 
 from shmspec import impl as _impl
