@@ -129,7 +129,7 @@ def ratio(a: float | None, b: float | None) -> float | None:
     return round(a / b, 3)
 
 
-def wide_console(width: int = 150) -> "Console":
+def wide_console(width: int = 200) -> "Console":
     """A rich console at least ``width`` columns wide when stdout is not a
     terminal (a log keeps the tables' columns); a terminal keeps its width."""
     from rich.console import Console

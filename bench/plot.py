@@ -3,8 +3,9 @@
 ``python -m bench.plot [reports/bench/bench.json] [--out reports/bench/bench.png]``
 
 Top two rows: put and get throughput (MB/s, log scale) against object size
-(log scale) for impl, vLLM (its release from ``store.stores.vllm``) and the
-plain copy, one panel per reader count.  Bottom row: the ratio impl/vLLM for
+(log scale) for impl, vLLM (its release from ``store.stores.vllm``), the
+plain copy and the physical bound (one memmove per object), one panel per
+reader count.  Bottom row: the ratio impl/vLLM for
 put and get per reader count (the line at 1.0 is parity; when vLLM ran), and
 TLC's distinct states per search second for each config (when the harness
 part ran).  Panels without data are left out, not drawn empty.  Needs matplotlib (``pip install -e '.[bench]'``);
@@ -25,13 +26,14 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
 from bench.common import DEFAULT_OUT, fmt_size
 
 STYLE = {"impl": ("impl", "tab:blue", "o"), "vllm": ("vLLM", "tab:orange", "s"),
-         "copy": ("plain copy", "tab:gray", "^")}
+         "copy": ("plain copy", "tab:gray", "^"), "physical": ("physical bound", "black", "v")}
 
 
 def store_label(name: str, spec: str | None) -> str:
     """The legend's name of a store: ``vllm`` with spec ``vllm==0.11.0`` ->
     ``"vLLM 0.11.0"``, another spec (``file:...``) -> ``"vLLM (file:...)"``,
-    no spec -> ``"vLLM"``; ``impl`` -> ``"impl"``, ``copy`` -> ``"plain copy"``."""
+    no spec -> ``"vLLM"``; ``impl`` -> ``"impl"``, ``copy`` -> ``"plain copy"``,
+    ``physical`` -> ``"physical bound"``."""
     label = STYLE.get(name, (name, None, None))[0]
     if name != "vllm" or not spec:
         return label

@@ -1,7 +1,7 @@
 """``make bench``: every benchmark, one JSON and one plot.
 
 ``python -m bench.run [--out reports/bench] [--parts store,gate,free,tlc]
-[--sizes ...] [--readers ...] [--rounds N] [--serde buffers|pickle] [--quick]``
+[--sizes ...] [--readers ...] [--rounds N] [--serde buffers|pickle|keep] [--quick]``
 
 ``--quick`` (``make bench QUICK=1``, a minute or two): a smoke run of the
 store, free and tlc parts at their smallest (1 KiB and 64 KiB, 1 reader, 2
@@ -10,8 +10,9 @@ gate part (minutes) is skipped unless ``--parts`` names it, and the skip is
 recorded in ``skipped``.  Its ratios are smoke-level, not measurements, and
 it says so instead of listing "slower" rows.
 
-Runs :mod:`bench.store` (impl, vLLM's newest store and a plain copy; put and
-get throughput per object size and reader count), then :mod:`bench.harness`
+Runs :mod:`bench.store` (impl, vLLM's newest store, a plain copy and the
+physical bound of one memmove per object; put and get throughput per object
+size and reader count), then :mod:`bench.harness`
 (gate steps/s, free-running ops/s, TLC states/s per config), prints their
 tables and the rows where impl is slower than vLLM, and writes
 ``<out>/bench.json`` (schema ``shmspec.bench/1``, described in

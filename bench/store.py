@@ -1,47 +1,71 @@
-"""Store throughput: impl against vLLM's newest store, both against a plain copy.
+"""Store throughput: impl against vLLM's newest store, both against a plain copy
+and against the physical bound (one memmove per object).
 
 ``python -m bench.store [--sizes 1KiB,64KiB,1MiB,16MiB] [--readers 1,2,4]
-[--rounds 5] [--objects N] [--stores impl,vllm,copy] [--serde buffers|pickle]
-[--vllm TARGET] [--quick] [--json FILE]``
+[--rounds 5] [--objects N] [--stores impl,vllm,copy,physical]
+[--serde buffers|pickle|keep] [--reader-malloc default|retain] [--vllm TARGET]
+[--quick] [--json FILE]``
 
-Prints one table of measured rates and the ratios impl/vLLM, impl/copy and
-vLLM/copy, all from this one run; ``--json`` writes the rows.  ``--vllm``
-puts any target in the vLLM column (``vllm==0.11.0`` ... ``vllm==0.33.0``:
-releases before 0.32 are unsigned, so their readers get by address and id
-only).  ``--quick`` is a smoke run whose ratios are not measurements.  Exit
-status 0; 1 when any object a reader got differs from what was put (or a get
-failed): a benchmark that reads wrong bytes fast is wrong; 2 when it cannot
-run (a bad option or ``--json`` path, checked first; a store that cannot be
-loaded, a put that raised, a reader that died), with one line saying why.
+Prints one table of measured rates and the ratios impl/vLLM, impl/copy,
+vLLM/copy, impl/physical and vLLM/physical, all from this one run; ``--json``
+writes the rows.  ``--vllm`` puts any target in the vLLM column
+(``vllm==0.11.0`` ... ``vllm==0.33.0``: releases before 0.32 are unsigned, so
+their readers get by address and id only; ``file:PATH`` loads a module file).
+``--quick`` is a smoke run whose ratios are not measurements.  Exit status 0;
+1 when any object a reader got differs from what was put (or a get failed): a
+benchmark that reads wrong bytes fast is wrong; 2 when it cannot run (a bad
+option or ``--json`` path, checked first; a store that cannot be loaded, a
+put that raised, a reader that died), with one line saying why.
 
 Method
 ------
-Three *stores* run side by side on the same payloads:
+Four *stores* run side by side on the same payloads:
 
-* ``impl``: :mod:`shmspec.impl`'s store;
+* ``impl``: :mod:`shmspec.impl`'s store (segment v2, docs/impl-protocol.md);
 * ``vllm``: vLLM's newest store (``vllm==0.33.0``'s ``shm_object_storage.py``,
   loaded by :func:`shmspec.conformance.loader.load_target` with stand-ins for
   ``torch`` and ``vllm.logger``; fetched once into the cache);
-* ``copy``: the physical bound, a plain shared-memory segment
-  (``multiprocessing.shared_memory``) of the same size: the writer copies
-  each object's bytes in (``buf[o:o+S] = payload``, wrapping like a ring) and
-  each reader copies them out (``bytes(buf[o:o+S])``).  No header, no
-  serde, no signature, no lock.
+* ``copy``: a plain shared-memory segment (``multiprocessing.shared_memory``)
+  of the ring's size: the writer copies each object's bytes in
+  (``buf[o:o+S] = payload``, wrapping like a ring) and each reader copies them
+  out into a new object (``bytes(buf[o:o+S])``: an allocation per get, as a
+  serde's copy out is).  No header, no serde, no signature, no lock;
+* ``physical``: the physical bound, one ``memmove`` of S bytes per object and
+  nothing else.  Put: payload -> the object's slot in a plain shared-memory
+  ring like ``copy``'s; get: that slot -> one private buffer of S bytes per
+  reader, allocated once when the reader attaches and written through before
+  any round (so no get allocates or faults a page).  Each copy is
+  ``dst[:] = src`` on memoryviews made before the timed window (one
+  ``memcpy`` in CPython's memoryview assignment, no Python object per
+  copy).  The shared-memory side is reused and prefaulted like the stores'
+  segments; its slots are distinct per object, as a store's must be.  A
+  physical (or copy) round of small objects takes well under a millisecond,
+  so with more than one reader its get window is mostly the readers' start
+  skew (each is woken by its own pipe): at 1 KiB with 2 or 4 readers the
+  ratios to it bound nothing.
 
 Processes: this process is the writer; for each reader count N, N reader
 processes are forked (``multiprocess``, fork, as ``conformance/procs.py``
-does) before any segment exists and share one process-shared reader lock.
-For each size S the writer creates one real segment per store and the readers
-attach to each by name (impl's writer is also given the readers' lock, which
-it uses to fence reclaims; vLLM's writer gets none, as vLLM builds it: both
-via :func:`shmspec.conformance.adapter.open_writer`).  Every segment's pages
-are faulted in when it is created (writer) and attached (each reader), with
-``madvise(MADV_POPULATE_WRITE)``, as they are in a long-running store: no
-timed round pays a first touch of the segment.
+does) before any segment exists and share one process-shared reader lock,
+which each reader view is given (the constructor requires one).  For each
+size S the writer creates one real segment per store and the readers attach
+to each by name.  Both writers are built as vLLM builds its writer, without
+the readers' lock (:func:`shmspec.conformance.adapter.open_writer` asks the
+storage class: impl's ``writer_uses_reader_lock`` is False from segment v2
+on; vLLM's writer never gets one).  impl's readers take no lock either (the
+hazard-pin protocol); vLLM's take the reader lock around their count
+increment.  Every segment's pages are faulted in when it is created (writer)
+and attached (each reader), with ``madvise(MADV_POPULATE_WRITE)``, as they
+are in a long-running store; impl's reader table (``<name>_r``) too: no timed
+round pays a first touch of a segment.
 
 Geometry: a round is ``objects`` puts of S bytes (default ``64 MiB / S``,
-kept within [4, 2048]; ``--objects`` sets it).  The ring holds 4/3 of a
-round's chunks (rounded up to 64 KiB: 3 MiB for 2048 x 1 KiB, about 85 MiB
+kept within [4, 1024]; ``--objects`` sets it).  At most 1024 because
+impl (segment v2) bounds the live chunks of a ring at ``K = max(1024,
+B // 4096)`` (one ack word per chunk and reader), and a round must fit
+beside nothing else; vLLM has no such bound, and both run the same rounds.
+The ring holds 4/3 of a
+round's chunks (rounded up to 64 KiB: 1.5 MiB for 1024 x 1 KiB, about 85 MiB
 for 4 x 16 MiB), so from the
 second round on every round's puts reclaim the previous round's chunks as
 they go (``put`` -> ``MemoryError`` -> ``free_unused`` -> retry, inside the
@@ -49,7 +73,7 @@ timed put, as vLLM's sender does).  ``max_object_size`` is
 ``min(ring, 32 MiB)``.  One warm-up round (fills the ring, faults the pages
 in) is run and verified but not timed into the results; then ``--rounds``
 rounds.  Within a round the stores take turns (the order rotates each
-round), so load that comes and goes hits all three alike; the result per
+round), so load that comes and goes hits all of them alike; the result per
 store is the median round.
 
 One round, per store:
@@ -58,23 +82,24 @@ One round, per store:
    naming store, round and index, then bytes of a random pool) and their CRC32s;
 2. **put** (timed, writer): for each payload ``put(key, payload)`` and
    ``get_signature(key)``, the handle a signed store's sender hands to
-   readers (vLLM >= 0.32); copy: the plain copy in;
+   readers (vLLM >= 0.32); copy and physical: the copy in;
 3. (untimed) the handles (address, id, signature, key, CRC32, size) go to
    every reader over its pipe; each answers ready; then the writer sends go;
 4. **get** (timed, readers): each reader gets every handle once, in order
    (the read-once protocol the stores are built for: N readers each read each
-   object, so every chunk becomes reclaimable), keeping the objects; the
-   window is from the earliest reader's first get to the latest reader's
-   last one (``time.perf_counter_ns``, CLOCK_MONOTONIC, which all processes
-   share);
+   object, so every chunk becomes reclaimable), keeping the objects
+   (physical: copying each into its one buffer); the window is from the
+   earliest reader's first get to the latest reader's last one
+   (``time.perf_counter_ns``, CLOCK_MONOTONIC, which all processes share);
 5. (untimed) each reader checks every object it got: a ``bytes`` of the
-   right size whose CRC32 is the one the writer computed.
+   right size whose CRC32 is the one the writer computed (physical: the
+   slot it copied from, and that its buffer holds the last object).
 
 Put rates are the writer's (objects/s, MB/s = 10**6 bytes/s of payload);
 get rates are aggregate over the N readers (N x objects in the window).  The
 handshaking (handles over a pipe, ready/go) is outside both timed windows
 and costs the same for every store.  On a machine with fewer cores than
-N readers, the readers share the cores; that is the same for all three.
+N readers, the readers share the cores; that is the same for all four.
 
 Serde (``--serde``; the same class for impl and vLLM, so the comparison is
 of the stores, not of serializers):
@@ -84,18 +109,32 @@ of the stores, not of serializers):
   (image and video features): the data goes in as a list of buffers, no copy
   on serialize; metadata is the pickled ``(type name, nbytes, lengths)``
   tuple; ``deserialize`` reads the metadata and copies the data out once
-  (``MsgpackDecoder(share_mem=False)``) into a private ``bytes``;
+  (``MsgpackDecoder(share_mem=False)``) into a new private ``bytes``.  impl
+  (segment v2) hands it a view of shared memory under the reader's hazard
+  pin, as vLLM hands it a view (unpinned): one copy per get on both, the
+  serde's;
 * ``pickle``: :class:`shmspec.impl.serde.PickleSerde`, the byte layout vLLM's
   ``MsgpackSerde`` writes for any other value (``pickle.dumps`` on
   serialize, ``pickle.loads`` on deserialize: one more copy each way);
-* ``keep``: ``buffers``, except that ``deserialize`` keeps the buffer it is
-  handed instead of copying it when that buffer is a private immutable
-  ``bytes`` object, which nobody can overwrite (what impl hands its serde:
-  the copy it re-validated), and copies anything else (what vLLM hands: a
-  view of shared memory, which the writer reuses once the chunk is freed,
-  so keeping it would be the NRR bug).  The serde takes the zero-copy path
-  wherever it is safe; it measures what impl's private copy costs once the
-  serde no longer copies a second time.
+* ``keep``: ``buffers``, except that the serde declares ``keeps_buffer =
+  True`` and ``deserialize`` keeps the buffer it is handed (returns a view of
+  it, no copy) when that buffer is a private immutable ``bytes`` object,
+  which nobody can overwrite, and copies anything else.  impl honours the
+  declaration by handing it a private ``bytes`` copy of the object (impl's
+  one copy; the serde keeps it); vLLM ignores it and hands a view of shared
+  memory, which the writer reuses once the chunk is freed (keeping it would
+  be the NRR bug), so the serde copies.  One copy per get on both, made by
+  the store on impl and by the serde on vLLM.
+
+Readers' allocator (``--reader-malloc``): a get's copy lands in a new object
+(``bytes``), and with glibc's default allocator a reader that frees a
+round's objects gives their pages back (the heap is trimmed; big blocks are
+unmapped), so the next round's copies fault fresh zeroed pages in: from
+64 KiB on that costs more than the copy itself, and ``physical`` (no
+allocation) does not pay it.  ``default`` leaves the allocator as a reader
+process gets it; ``retain`` has every reader process call ``mallopt`` (no
+trim below 1 GiB, requests up to 32 MiB from the heap), so freed pages are
+reused, as in a process that keeps its heap warm.  The same for every store.
 """
 
 from __future__ import annotations
@@ -132,11 +171,16 @@ from shmspec.impl.serde import PickleSerde
 
 VLLM_SPEC = "vllm==0.33.0"
 """vLLM's newest store release."""
-STORES = ("impl", "vllm", "copy")
+STORES = ("impl", "vllm", "copy", "physical")
+PLAIN = ("copy", "physical")
+"""The stores that are a plain shared-memory segment, not a store class."""
 DEFAULT_SIZES = (1024, 64 * 1024, 1024**2, 16 * 1024**2)
 DEFAULT_READERS = (1, 2, 4)
 ROUND_BYTES = 64 * 1024**2
-MIN_OBJECTS, MAX_OBJECTS = 4, 2048
+MIN_OBJECTS, MAX_OBJECTS = 4, 1024
+"""Objects per round by default; at most impl's smallest live-chunk bound
+(``layout.default_max_chunks``: ``max(1024, B // 4096)``), so a round of small
+objects fits impl's default ring as it fits vLLM's."""
 MAX_OBJECT_SIZE = 32 * 1024**2
 CHUNK_OVERHEAD = 128
 """Bytes a chunk holds beyond the payload, at most: header 8, reader count 4,
@@ -144,6 +188,9 @@ serde metadata and framing (about 50 with either serde)."""
 RING_GRAIN = 64 * 1024
 TAG_BYTES = 16
 MB = 1e6
+PLAIN_SPECS = {"copy": "plain shared-memory copy",
+               "physical": "one memmove per object (reused, prefaulted buffers)"}
+"""``stores`` in the JSON: what ran in the columns that are not a store class."""
 QUICK_NOTE = ("quick run: ratios are not measurements (smoke-level: 2 rounds of 64 objects swing ~2x "
               "between runs); run without --quick to compare stores")
 """Printed under a ``--quick`` table, in place of any reading of its ratios."""
@@ -172,7 +219,11 @@ class BufferSerde:
 class KeepingBufferSerde(BufferSerde):
     """:class:`BufferSerde` that keeps a private ``bytes`` buffer (returns a
     view into it, no copy) and copies a view of anything else, such as
-    shared memory (``--serde keep``)."""
+    shared memory (``--serde keep``).  It declares ``keeps_buffer``, so impl
+    hands it a private ``bytes`` copy; vLLM hands it a view of shared memory,
+    which it copies."""
+
+    keeps_buffer = True
 
     def deserialize(self, data: memoryview) -> bytes | memoryview:
         type_name, nbytes, _lengths = pickle.loads(data)
@@ -197,7 +248,7 @@ class Geometry:
 
 
 def geometry(size: int, objects: int | None = None) -> Geometry:
-    """Objects per round (``ROUND_BYTES / size`` within [4, 2048] unless given)
+    """Objects per round (``ROUND_BYTES / size`` within [4, 1024] unless given)
     and a ring of 4/3 of a round's chunks rounded up to 64 KiB: it cannot hold
     two rounds, so every round after the first reclaims the one before."""
     if size < TAG_BYTES:
@@ -245,21 +296,76 @@ def prefault(shm: Any, first: int = 0) -> None:
 
 
 # --------------------------------------------------------------- reader side
+@dataclass
+class _Plain:
+    """A reader's view of a ``copy`` or ``physical`` segment; ``dst`` is the
+    physical store's one private buffer of the row's object size (written
+    through once, so its pages are resident before any round)."""
+
+    shm: Any
+    dst: memoryview | None = None
+
+    def close(self) -> None:
+        if self.dst is not None:
+            self.dst.release()
+            self.dst = None
+        self.shm.close()
+
+
+READER_MALLOC = ("default", "retain")
+M_TRIM_THRESHOLD, M_MMAP_THRESHOLD = -1, -3
+RETAIN_TRIM, RETAIN_MMAP = 2**30, 32 * 1024**2
+"""``--reader-malloc retain``: glibc keeps up to 1 GiB of freed heap mapped
+(no trim) and serves requests up to 32 MiB (glibc's largest mmap threshold)
+from the heap, so a reader's next objects reuse pages already faulted in."""
+
+
+def set_reader_malloc(mode: str) -> None:
+    """In a reader process: ``default`` leaves glibc's allocator as it is;
+    ``retain`` sets ``mallopt(M_TRIM_THRESHOLD)`` and ``M_MMAP_THRESHOLD``
+    (fixed thresholds, no dynamic adjustment).  Raises ``OSError`` where
+    glibc's ``mallopt`` is missing or refuses."""
+    if mode == "default":
+        return
+    import ctypes
+
+    libc = ctypes.CDLL(None)
+    for param, value in ((M_TRIM_THRESHOLD, RETAIN_TRIM), (M_MMAP_THRESHOLD, RETAIN_MMAP)):
+        if not libc.mallopt(param, value):
+            raise OSError(f"mallopt({param}, {value}) refused")
+
+
+def _prefault_table(view: Any) -> None:
+    """Fault in the pages of impl's reader table (segment v2), if the view has one."""
+    table = getattr(view.ring_buffer, "reader_table", None)
+    shm = getattr(table, "shm", None)
+    if shm is not None:
+        prefault(shm, len(shm.buf))
+
+
 def _open_view(kind: str, target: LoadedTarget | None, lock: Any, serde: type, fields: dict) -> Any:
-    if kind == "copy":
+    if kind in PLAIN:
         shm = impl_segment.attach_segment(fields["segment"])
         prefault(shm, len(shm.buf))  # read only: the writer owns the bytes
-        return shm
+        plain = _Plain(shm)
+        if kind == "physical":
+            plain.dst = memoryview(bytearray(fields["size"]))
+            plain.dst[:] = b"\xa5" * fields["size"]  # touch every page now: no fault in a timed get
+        return plain
     handle = target.module.ShmObjectStorageHandle(
         max_object_size=fields["max_object_size"], n_readers=fields["n_readers"],
         ring_buffer_handle=(fields["ring_bytes"], fields["segment"]), serde_class=serde, reader_lock=lock)
     view = target.storage_cls.create_from_handle(handle)
     shm = view.ring_buffer.shared_memory
     prefault(shm, len(shm.buf))
+    _prefault_table(view)
     return view
 
 
 def _close_view(kind: str, view: Any) -> None:
+    if kind in PLAIN:
+        view.close()
+        return
     try:  # vLLM < 0.15's views have no close(): close the mapping itself
         closer = getattr(view, "close", None) or view.ring_buffer.shared_memory.close
         closer()
@@ -269,7 +375,8 @@ def _close_view(kind: str, view: Any) -> None:
 
 def _check(obj: Any, crc: int, size: int) -> str | None:
     """None when ``obj`` is the object put (bytes, or with ``--serde keep`` a
-    view of bytes, of ``size`` with CRC ``crc``), else why not."""
+    view of bytes, or for ``physical`` a view of the slot it copied from, of
+    ``size`` with CRC ``crc``), else why not."""
     if not isinstance(obj, (bytes, bytearray, memoryview)):
         return f"got {type(obj).__name__}, not bytes"
     if len(obj) != size:
@@ -285,11 +392,21 @@ def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, l
     got: list[Any] = []
     append = got.append
     if kind == "copy":
-        buf = view.buf
+        buf = view.shm.buf
         t0 = time.perf_counter_ns()
         for off, _, _, _, _, size in handles:
             append(bytes(buf[off:off + size]))
         t1 = time.perf_counter_ns()
+        return t0, t1, got
+    if kind == "physical":  # one memmove per object into the one private buffer
+        buf, dst = view.shm.buf, view.dst
+        got = [buf[off:off + size] for off, _, _, _, _, size in handles]
+        t0 = time.perf_counter_ns()
+        for src in got:
+            dst[:] = src
+        t1 = time.perf_counter_ns()
+        if got and dst != got[-1]:
+            got[-1] = ValueError("the private buffer does not hold the last object copied")
         return t0, t1, got
     get = view.get
     t0 = time.perf_counter_ns()
@@ -303,8 +420,9 @@ def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, l
 
 
 def _reader_main(conn: Any, name: str, targets: dict[str, LoadedTarget | None], lock: Any,
-                 serde: type, parent_pid: int) -> None:
+                 serde: type, parent_pid: int, malloc: str = "default") -> None:
     worker_setup(parent_pid)
+    set_reader_malloc(malloc)
     views: dict[str, tuple[str, Any]] = {}
     while True:
         msg = conn.recv()
@@ -339,6 +457,10 @@ def _reader_main(conn: Any, name: str, targets: dict[str, LoadedTarget | None], 
                     bad += why is not None
                 if why and first is None:
                     first = f"{name}: handle {h[:2]} key {h[3]!r}: {why}"
+            if kind == "physical":  # views of the segment: released before it may be closed
+                for src in got:
+                    if type(src) is memoryview:
+                        src.release()
             del got
             conn.send(("done", t0, t1, len(handles), bad, errors, first))
         elif msg[0] == "exit":
@@ -357,7 +479,7 @@ class _Store:
         self.g = g
         self.pos = 0
         self.rounds = 0
-        if kind == "copy":
+        if kind in PLAIN:
             self.shm = impl_segment.create_segment(g.ring_bytes, None)
             self.writer = None
             self.segment = self.shm.name
@@ -368,13 +490,16 @@ class _Store:
             self.segment = self.writer.ring_buffer.shared_memory.name
             rb = self.writer.ring_buffer
             prefault(rb.shared_memory, data_offset(rb))
+            _prefault_table(self.writer)
             self.signed = target.profile.signed
         self.fields = {"segment": self.segment, "ring_bytes": g.ring_bytes,
-                       "max_object_size": g.max_object_size, "n_readers": n_readers}
+                       "max_object_size": g.max_object_size, "n_readers": n_readers, "size": g.size}
 
     def put_batch(self, payloads: list[bytes], keys: list[str]) -> tuple[int, list[tuple]]:
         """Put every payload (timed); return nanoseconds and ``(address, id, sig, key)`` per object."""
         out = []
+        if self.kind == "physical":
+            return self._memmove_batch(payloads)
         if self.kind == "copy":
             buf, size, ring = self.shm.buf, self.g.size, self.g.ring_bytes
             pos = self.pos
@@ -401,6 +526,30 @@ class _Store:
             raise BenchError(f"{self.kind}: put {len(out) + 1} of {len(payloads)} ({fmt_size(self.g.size)}) "
                              f"raised {type(exc).__name__}: {exc}") from exc
         t1 = time.perf_counter_ns()
+        return t1 - t0, out
+
+    def _memmove_batch(self, payloads: list[bytes]) -> tuple[int, list[tuple]]:
+        """physical: one memmove per payload into its slot (views made untimed)."""
+        buf, size, ring = self.shm.buf, self.g.size, self.g.ring_bytes
+        pos = self.pos
+        out, dsts = [], []
+        for _ in payloads:
+            if pos + size > ring:
+                pos = 0
+            dsts.append(buf[pos:pos + size])
+            out.append((pos, 0, None, None))
+            pos += size
+        srcs = [memoryview(p) for p in payloads]
+        pairs = list(zip(dsts, srcs))
+        gc.collect()
+        t0 = time.perf_counter_ns()
+        for dst, src in pairs:
+            dst[:] = src
+        t1 = time.perf_counter_ns()
+        for dst, src in pairs:
+            dst.release()
+            src.release()
+        self.pos = pos
         return t1 - t0, out
 
     def close(self) -> None:
@@ -444,7 +593,7 @@ def _recv(conn: Any, proc: Any, what: str, timeout: float = WAIT) -> tuple:
 class Readers:
     """N forked reader processes, driven over pipes."""
 
-    def __init__(self, n: int, targets: dict[str, LoadedTarget | None], serde: type):
+    def __init__(self, n: int, targets: dict[str, LoadedTarget | None], serde: type, malloc: str = "default"):
         resource_tracker.ensure_running()  # one tracker for every process (see conformance/procs.py)
         self.ctx = multiprocess.get_context("fork")
         self.lock = self.ctx.Lock()
@@ -452,7 +601,8 @@ class Readers:
         for i in range(n):
             parent, child = self.ctx.Pipe()
             p = self.ctx.Process(target=_reader_main, name=f"bench-r{i + 1}",
-                                 args=(child, f"r{i + 1}", targets, self.lock, serde, os.getpid()), daemon=True)
+                                 args=(child, f"r{i + 1}", targets, self.lock, serde, os.getpid(), malloc),
+                                 daemon=True)
             p.start()
             child.close()
             self.procs.append(p)
@@ -562,12 +712,15 @@ def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, Load
         rate = {name: row[op][name]["mb_per_s"] for name in tallies}
         row["ratios"][op] = {"impl_vllm": ratio(rate.get("impl"), rate.get("vllm")),
                              "impl_copy": ratio(rate.get("impl"), rate.get("copy")),
-                             "vllm_copy": ratio(rate.get("vllm"), rate.get("copy"))}
+                             "vllm_copy": ratio(rate.get("vllm"), rate.get("copy")),
+                             "impl_physical": ratio(rate.get("impl"), rate.get("physical")),
+                             "vllm_physical": ratio(rate.get("vllm"), rate.get("physical"))}
     return row
 
 
 def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str], serde_name: str = "buffers",
-        objects: int | None = None, vllm_spec: str = VLLM_SPEC, on_row: Any = None) -> dict[str, Any]:
+        objects: int | None = None, vllm_spec: str = VLLM_SPEC, on_row: Any = None,
+        reader_malloc: str = "default") -> dict[str, Any]:
     """Every row; returns the ``store`` section of ``bench.json``.
 
     Raises:
@@ -577,17 +730,19 @@ def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str
     unknown = [s for s in stores if s not in STORES]
     if unknown:
         raise ValueError(f"unknown store {unknown[0]!r} (choose from {', '.join(STORES)})")
+    if reader_malloc not in READER_MALLOC:
+        raise ValueError(f"unknown reader malloc mode {reader_malloc!r} (choose from {', '.join(READER_MALLOC)})")
     serde = SERDES[serde_name]
     targets: dict[str, LoadedTarget | None] = {}
     for name in STORES:
         if name in stores:
             targets[name] = load_target("impl") if name == "impl" else (
-                load_target(vllm_spec) if name == "vllm" else None)
+                load_target(vllm_spec) if name == "vllm" else None)  # copy, physical: no store class
     t0 = time.monotonic()
     started = now_iso()
     rows = []
     for n in readers_list:
-        readers = Readers(n, targets, serde)
+        readers = Readers(n, targets, serde, reader_malloc)
         try:
             for size in sizes:
                 row = run_row(size, readers, n, targets, serde, rounds, objects)
@@ -600,12 +755,15 @@ def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str
         "started": started,
         "seconds": round(time.monotonic() - t0, 2),
         "serde": serde_name,
-        "stores": {name: (t.spec if t is not None else "plain shared-memory copy") for name, t in targets.items()},
+        "reader_malloc": reader_malloc,
+        "stores": {name: (t.spec if t is not None else PLAIN_SPECS[name]) for name, t in targets.items()},
         "method": ("writer = this process, N forked reader processes, one real segment per store; per round the "
                    "writer puts `objects` distinct payloads (put + get_signature), then every reader gets every "
                    "handle once; put rate = writer's, get rate = aggregate over readers (earliest first get to "
                    "latest last get); median of `rounds` rounds after one warm-up; every object got is checked "
-                   "against the CRC32 of what was put"),
+                   "against the CRC32 of what was put; physical = one memmove of S bytes per object (put: "
+                   "payload -> its slot of a shared-memory ring; get: slot -> one reused, prefaulted private "
+                   "buffer of S bytes per reader)"),
         "units": {"objects_per_s": "objects per second", "mb_per_s": "10**6 payload bytes per second",
                   "seconds": "timed seconds of each round", "size": "bytes", "ring_bytes": "bytes"},
         "rows": rows,
@@ -626,31 +784,39 @@ def _fmt_ratio(x: float | None, bold_below_one: bool = False) -> str:
     return f"[bold red]{s}[/]" if bold_below_one and x < 1.0 else s
 
 
+RATIO_COLUMNS = (("impl_vllm", "impl/vLLM"), ("impl_copy", "impl/copy"), ("vllm_copy", "vLLM/copy"),
+                 ("impl_physical", "impl/physical"), ("vllm_physical", "vLLM/physical"))
+"""The ratio columns of the table: the ``ratios`` key of a row and its heading."""
+
+
 def table(section: dict[str, Any], quick: bool = False) -> Table:
     """The rows as a rich table (rates and ratios); ``quick`` marks its ratios smoke-level in the title."""
     stores = list(section["stores"])
-    t = Table(title=f"Store throughput (serde {section['serde']}; MB/s = 10^6 B/s; median of rounds)"
+    malloc = section.get("reader_malloc", "default")
+    t = Table(title=f"Store throughput (serde {section['serde']}"
+                    + (f"; reader malloc {malloc}" if malloc != "default" else "")
+                    + "; MB/s = 10^6 B/s; median of rounds)"
                     + (" -- QUICK RUN: smoke-level ratios, not measurements" if quick else ""))
     for col in ("size", "readers", "op"):
         t.add_column(col, no_wrap=True)
     t.add_column("objects", justify="right")
     for name in stores:
         label = "vLLM" if name == "vllm" else name
-        if name != "copy":
+        if name not in PLAIN:
             t.add_column(f"{label} obj/s", justify="right")
         t.add_column(f"{label} MB/s", justify="right")
-    for col in ("impl/vLLM", "impl/copy", "vLLM/copy"):
+    for _, col in RATIO_COLUMNS:
         t.add_column(col, justify="right")
     for row in section["rows"]:
         for op in ("put", "get"):
             cells = [row["size_label"], str(row["readers"]), op,
                      str(row["objects"] * (row["readers"] if op == "get" else 1))]
             for name in stores:
-                if name != "copy":
+                if name not in PLAIN:
                     cells.append(_fmt_rate(row[op][name]["objects_per_s"]))
                 cells.append(_fmt_rate(row[op][name]["mb_per_s"]))
             r = row["ratios"][op]
-            cells += [_fmt_ratio(r["impl_vllm"], True), _fmt_ratio(r["impl_copy"]), _fmt_ratio(r["vllm_copy"])]
+            cells += [_fmt_ratio(r.get(key), key == "impl_vllm") for key, _ in RATIO_COLUMNS]
             t.add_row(*cells, end_section=op == "get")
     return t
 
@@ -674,9 +840,11 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--rounds", type=positive_int, default=None,
                    help="timed rounds per row, at least 1, after one warm-up (default 5)")
     p.add_argument("--objects", type=positive_int, default=None,
-                   help="objects per round (default 64 MiB / size, within [4, 2048])")
-    p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy (default all)")
+                   help="objects per round (default 64 MiB / size, within [4, 1024])")
+    p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy,physical (default all)")
     p.add_argument("--serde", choices=tuple(SERDES), default="buffers", help="serde for impl and vLLM (default buffers)")
+    p.add_argument("--reader-malloc", choices=READER_MALLOC, default="default",
+                   help="readers' allocator: glibc's default, or retain freed memory (no trim; default default)")
     p.add_argument("--vllm", default=VLLM_SPEC, metavar="TARGET",
                    help=f"the store in the vllm column: any target spec (default {VLLM_SPEC}; file:PATH works too)")
     p.add_argument("--quick", action="store_true",
@@ -699,10 +867,11 @@ def main(argv: list[str] | None = None) -> int:
     console = wide_console()
     console.print(f"[bold]bench.store[/]: sizes {', '.join(fmt_size(s) for s in sizes)}; readers "
                   f"{', '.join(map(str, readers))}; {rounds} rounds; stores {', '.join(stores)}; "
-                  f"serde {args.serde}; load {os.getloadavg()[0]:.2f}")
+                  f"serde {args.serde}; reader malloc {args.reader_malloc}; load {os.getloadavg()[0]:.2f}")
     try:
         section = run(sizes, readers, rounds, stores, args.serde, objects, args.vllm,
-                      on_row=lambda r: console.print(f"  {r['size_label']:>7} x{r['readers']} done", highlight=False))
+                      on_row=lambda r: console.print(f"  {r['size_label']:>7} x{r['readers']} done", highlight=False),
+                      reader_malloc=args.reader_malloc)
     except (TargetError, BenchError, ValueError) as exc:
         console.print(f"[red]bench.store: {exc}[/]")
         return 2

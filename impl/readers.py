@@ -79,6 +79,9 @@ class ReaderTable:
         self._slot_words = layout.slot_bytes(self.max_chunks) // 8
         self._base = layout.TABLE_HEADER_BYTES // 8
         self._closed = False
+        n = range(self.n_readers)
+        self._pin_words = tuple(self.pin_index(r) for r in n)
+        self._ack_words = tuple(self.ack_index(r, 0) for r in n)  # + abs % max_chunks: allocation abs's word
         self._generation = FORK_GENERATION[0]
 
     # ------------------------------------------------------------ lifecycle
@@ -143,13 +146,13 @@ class ReaderTable:
 
     def acks(self, abs_counter: int) -> tuple[int, ...]:
         """Every reader's ack word for allocation ``abs_counter`` (writer side)."""
-        w = self.words
-        return tuple(w[self.ack_index(r, abs_counter)] for r in range(self.n_readers))
+        w, k = self.words, abs_counter % self.max_chunks
+        return tuple([w[a + k] for a in self._ack_words])
 
     def pins(self) -> list[int]:
         """Every reader's pin word, in slot order."""
         w = self.words
-        return [w[self.pin_index(r)] for r in range(self.n_readers)]
+        return [w[i] for i in self._pin_words]
 
     def owner_pid(self, reader: int) -> int:
         return self.words[self.slot_word(reader, layout.SLOT_OWNER_PID)]

@@ -18,6 +18,7 @@ import time
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 from itertools import chain
+from operator import sub
 from typing import Any
 
 from shmspec.model.errors import GeometryMismatch, NotWriter, OutOfSpace, ReaderStalled
@@ -25,6 +26,10 @@ from shmspec.model.errors import GeometryMismatch, NotWriter, OutOfSpace, Reader
 from . import layout, segment, yieldpoints
 from .layout import bytes_to_int32, candidate_abs, int32_to_bytes
 from .readers import FORK_GENERATION, ReaderTable, fence
+
+_CHUNK_HEADER_PACK = layout.CHUNK_HEADER.pack_into
+"""``[id][chunk_size]``, two signed 32-bit little-endian ints: the bytes of
+``int32_to_bytes(id) + int32_to_bytes(chunk_size)``, written in one call."""
 
 _OOM_MESSAGE = (
     "Not enough space in the data buffer, try calling free_buf() to free up space"
@@ -164,21 +169,21 @@ class SingleWriterShmRingBuffer:
         if not self.is_writer:
             raise NotWriter(operation)
 
-    @staticmethod
-    def _region_check(view):
+    @property
+    def data_region(self) -> memoryview:
+        """View of the ``data_buffer_size`` data bytes (raises once closed)."""
+        view = self._data
         if view is None:
             raise ValueError("Buffer has been closed")
         return view
 
     @property
-    def data_region(self) -> memoryview:
-        """View of the ``data_buffer_size`` data bytes (raises once closed)."""
-        return self._region_check(self._data)
-
-    @property
     def control(self) -> memoryview:
         """The control block as native 8-byte words (raises once closed)."""
-        return self._region_check(self._ctl)
+        view = self._ctl
+        if view is None:
+            raise ValueError("Buffer has been closed")
+        return view
 
     # -------------------------------------------------------- control block
     def published_abs_start(self) -> int:
@@ -343,10 +348,12 @@ class SingleWriterShmRingBuffer:
             return ()
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("pin_scan")
-        abs_start = self._abs_start
-        for reader, word in enumerate(table.pins()):
-            if word and layout.pinned_abs(word, self._abs_end) < abs_start:
-                self._wait_unpinned(table, reader, word)
+        pins = table.pins()
+        if any(pins):  # else no reader is reading anything: nothing to wait for
+            abs_start = self._abs_start
+            for reader, word in enumerate(pins):
+                if word and layout.pinned_abs(word, self._abs_end) < abs_start:
+                    self._wait_unpinned(table, reader, word)
         return table.acks(abs_counter)
 
     def _drain_words(self) -> tuple[int, int, int]:
@@ -384,8 +391,7 @@ class SingleWriterShmRingBuffer:
         """Writer: the ``[id][chunk_size]`` header of a planned chunk."""
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("header_write")
-        offset = address % self.data_buffer_size
-        self.data_region[offset : offset + self.MD_SIZE] = int32_to_bytes(monotonic_id) + int32_to_bytes(n)
+        _CHUNK_HEADER_PACK(self.data_region, address % self.data_buffer_size, monotonic_id, n)
 
     def reserve_buf(self, size: int) -> tuple[int, int]:
         """Writer: plan, make safe and head a chunk of ``size`` payload bytes,
@@ -454,7 +460,7 @@ class SingleWriterShmRingBuffer:
             return ()
         abs_counter = self.abs_of(monotonic_id)
         base = self._base.get(abs_counter) or (0,) * table.n_readers
-        return tuple(a - b for a, b in zip(table.acks(abs_counter), base))
+        return tuple(map(sub, table.acks(abs_counter), base))
 
     @contextmanager
     def access_buf(self, address: int) -> Iterator[tuple[memoryview, tuple[int, int]]]:

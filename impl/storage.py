@@ -38,6 +38,8 @@ logger = logging.getLogger(__name__)
 
 _CHUNK_HEADER_UNPACK = layout.CHUNK_HEADER.unpack_from
 _ZERO_COUNT = int32_to_bytes(0)
+_OBJECT_HEADER, _MD_SIZE = layout.OBJECT_HEADER, layout.MD_SIZE
+_CTL_ABS_START, _CTL_ABS_END = layout.CTL_ABS_START, layout.CTL_ABS_END
 
 
 @dataclass
@@ -56,6 +58,8 @@ class ShmObjectStorageHandle:
 
 
 def _as_bytes_view(obj: Any) -> memoryview:
+    if type(obj) is memoryview and obj.ndim == 1 and obj.format == "B":
+        return obj  # already flat bytes: no second view
     view = memoryview(obj)
     return view if view.format == "B" and view.ndim == 1 else view.cast("B")
 
@@ -68,10 +72,16 @@ def _check_serialized(
     Returns the data pieces and the metadata as flat byte views.  Raises
     ``ValueError`` when types or declared sizes do not match the bytes.
     """
-    for name, value in (("data_nbytes", data_nbytes), ("md_nbytes", md_nbytes)):
-        if not isinstance(value, int) or isinstance(value, bool) or value < 0:
-            raise ValueError(f"Serializer returned an invalid {name}: {value!r}")
-    if isinstance(data, (bytes, bytearray, memoryview)):
+    if not (type(data_nbytes) is int and type(md_nbytes) is int and data_nbytes >= 0 and md_nbytes >= 0):
+        for name, value in (("data_nbytes", data_nbytes), ("md_nbytes", md_nbytes)):
+            if not isinstance(value, int) or isinstance(value, bool) or value < 0:
+                raise ValueError(f"Serializer returned an invalid {name}: {value!r}")
+    if type(data) is list:  # the common case (buffers): skip the isinstance chain
+        try:
+            pieces = [_as_bytes_view(item) for item in data]
+        except TypeError as exc:
+            raise ValueError(f"Unsupported data type for serialization: {exc}") from exc
+    elif isinstance(data, (bytes, bytearray, memoryview)):
         pieces = [_as_bytes_view(data)]
     elif isinstance(data, list):
         try:
@@ -178,6 +188,7 @@ class SingleWriterShmObjectStorage:
         self._pid = os.getpid()
         self._generation = FORK_GENERATION[0]
         self._slot: int | None = None
+        self._signer_cache: signing.Signer | None = None
         name = ring_buffer.shared_memory.name
         if self.is_writer:
             if ring_buffer.reader_table is not None:
@@ -320,9 +331,18 @@ class SingleWriterShmObjectStorage:
     def _secret(self) -> bytes:
         return self.ring_buffer.get_auth_secret()
 
+    def _signer(self) -> signing.Signer:
+        """The HMAC state for the segment's secret, built at first use (the
+        secret never changes while the segment exists); once the ring is
+        closed this raises as :meth:`_secret` does."""
+        signer = self._signer_cache
+        if signer is None or self.ring_buffer._closed:
+            signer = self._signer_cache = signing.Signer(self._secret())
+        return signer
+
     def _signature_for(self, key: str, address: int, monotonic_id: int) -> bytes:
         gen = generation(self.ring_buffer.abs_of(monotonic_id))
-        return signing.make_signature(self._secret(), key, address, monotonic_id, gen)
+        return self._signer().sign(key, address, monotonic_id, gen)
 
     # ------------------------------------------------------------- writer API
     def put(self, key: str, value: Any) -> tuple[int, int]:
@@ -361,10 +381,9 @@ class SingleWriterShmObjectStorage:
                 yieldpoints.HOOK("payload_write")
             region = ring.data_region
             pos = address % ring.data_buffer_size + layout.MD_SIZE
-            region[pos : pos + self.flag_bytes] = _ZERO_COUNT
-            pos += self.flag_bytes
-            region[pos : pos + md_nbytes] = md_view
-            pos += md_nbytes
+            head = self.flag_bytes + md_nbytes
+            region[pos : pos + head] = _ZERO_COUNT + md_view  # [0][metadata] in one write
+            pos += head
             for piece in pieces:
                 region[pos : pos + piece.nbytes] = piece
                 pos += piece.nbytes
@@ -422,7 +441,8 @@ class SingleWriterShmObjectStorage:
         if id in self._touched:
             return False
         promised = self._writer_flag.get(id, 0)
-        return all(reads >= promised for reads in self.ring_buffer.reads_since_alloc(id))
+        reads = self.ring_buffer.reads_since_alloc(id)
+        return not reads or min(reads) >= promised  # every slot: reads >= promised
 
     def reads(self, monotonic_id: int) -> tuple[int, ...]:
         """Writer: reads acknowledged for live chunk ``monotonic_id``, per
@@ -503,17 +523,15 @@ class SingleWriterShmObjectStorage:
             signing.require_signature(signature, key)
             signing.validate_handle_fields(address, monotonic_id, signature, key)
             gen = generation(candidate_abs(monotonic_id, self.ring_buffer.published_abs_end()))
-        signing.check_signature(self._secret(), key, address, monotonic_id, gen, signature)
+        self._signer().check(key, address, monotonic_id, gen, signature)
 
     def _authenticate(self, address, monotonic_id, signature, key) -> int:
         """Signature present, fields, signature (vLLM 0.33.0's order); returns
         the candidate allocation."""
         signing.require_signature(signature, key)
-        signing.validate_handle_fields(address, monotonic_id, signature, key)
+        sig = signing.reader_handle_bytes(address, monotonic_id, signature, key)
         cand = candidate_abs(monotonic_id, self.ring_buffer.published_abs_end())
-        signing.check_signature(
-            self._secret(), key, address, monotonic_id, generation(cand), signature
-        )
+        self._signer().check(key, address, monotonic_id, generation(cand), sig)
         return cand
 
     def _validate(self, cand: int, address: int, monotonic_id: int) -> tuple[bool, int]:
@@ -525,7 +543,7 @@ class SingleWriterShmObjectStorage:
             yieldpoints.HOOK("reader_check")
         ring = self.ring_buffer
         ctl = ring.control
-        live = ctl[layout.CTL_ABS_START] <= cand < ctl[layout.CTL_ABS_END]
+        live = ctl[_CTL_ABS_START] <= cand < ctl[_CTL_ABS_END]
         if not live:
             window = ring.drain_window()
             if window is None or not (window[0] <= cand < window[1]
@@ -535,17 +553,17 @@ class SingleWriterShmObjectStorage:
 
     def _check_header(self, address: int, monotonic_id: int) -> int:
         """The chunk size at ``address`` after checking the header."""
-        region = self.ring_buffer.data_region
-        B = self.ring_buffer.data_buffer_size
+        ring = self.ring_buffer
+        B = ring.data_buffer_size
         offset = address % B
-        if offset + layout.OBJECT_HEADER > B:
+        if offset + _OBJECT_HEADER > B:
             raise StaleHandle(address, monotonic_id)
-        chunk_id, size = _CHUNK_HEADER_UNPACK(region, offset)
+        chunk_id, size = _CHUNK_HEADER_UNPACK(ring.data_region, offset)
         if (
             chunk_id != monotonic_id
-            or size < layout.OBJECT_HEADER
+            or size < _OBJECT_HEADER
             or offset + size > B
-            or size - layout.MD_SIZE > self.max_object_size
+            or size - _MD_SIZE > self.max_object_size
         ):
             raise StaleHandle(address, monotonic_id)
         return size
@@ -595,9 +613,10 @@ class SingleWriterShmObjectStorage:
         return value
 
     def _deserialize(self, address: int, size: int) -> Any:
-        region = self.ring_buffer.data_region
-        offset = address % self.ring_buffer.data_buffer_size
-        lo, hi = offset + layout.OBJECT_HEADER, offset + size
+        ring = self.ring_buffer
+        lo = address % ring.data_buffer_size + _OBJECT_HEADER
+        hi = lo - _OBJECT_HEADER + size
+        region = ring.data_region
         if self._keeps_buffer:
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_read")

@@ -50,12 +50,37 @@ def _check_rows(doc, stores, sizes):
             assert (v["mismatches"], v["errors"], v["first_problem"]) == (0, 0, None)
 
 
-def test_store_bench_impl_and_copy(tmp_path):
-    p, doc = _bench(tmp_path, "--sizes", "1KiB,64KiB", "--stores", "impl,copy")
+def test_store_bench_impl_copy_and_physical(tmp_path):
+    p, doc = _bench(tmp_path, "--sizes", "1KiB,64KiB", "--stores", "impl,copy,physical")
     assert p.returncode == 0, p.stdout + p.stderr
-    _check_rows(doc, ["impl", "copy"], [1024, 64 * 1024])
-    assert "impl/copy" in p.stdout  # the ratio columns of the table
+    _check_rows(doc, ["impl", "copy", "physical"], [1024, 64 * 1024])
+    for col in ("impl/copy", "impl/physical", "physical MB/s"):  # the rate and ratio columns of the table
+        assert col in p.stdout
     assert "quick run: ratios are not measurements" in p.stdout
+    assert doc["store"]["stores"]["physical"].startswith("one memmove per object")
+    for row in doc["store"]["rows"]:
+        for op in ("put", "get"):
+            assert row["ratios"][op]["impl_physical"] > 0
+            assert row["ratios"][op]["impl_vllm"] is None and row["ratios"][op]["vllm_physical"] is None
+
+
+def test_default_run_covers_the_sizes_and_reader_counts():
+    """The default run is 1 KiB .. 16 MiB x 1, 2 and 4 readers, and each
+    round fits impl's default live-chunk bound (segment v2: at most
+    ``max(1024, B // 4096)`` chunks live), as it fits vLLM's ring."""
+    from bench.store import DEFAULT_READERS, DEFAULT_SIZES, STORES, build_parser, geometry
+    from shmspec.impl import layout
+
+    assert DEFAULT_SIZES == (1024, 64 * 1024, 1024**2, 16 * 1024**2)
+    assert DEFAULT_READERS == (1, 2, 4)
+    assert STORES == ("impl", "vllm", "copy", "physical")
+    args = build_parser().parse_args([])
+    assert (args.sizes, args.readers, args.rounds, args.serde, args.reader_malloc) == (None, None, None, "buffers",
+                                                                                      "default")
+    assert args.stores == ",".join(STORES)
+    for size in DEFAULT_SIZES:
+        g = geometry(size)
+        assert g.objects <= layout.default_max_chunks(g.ring_bytes), (size, g)
 
 
 @pytest.mark.network
@@ -216,13 +241,16 @@ def test_plot_labels_and_panels():
 
 
 def test_keeping_serde_keeps_only_a_private_bytes_buffer():
-    """``--serde keep``: zero-copy on a private ``bytes`` (what impl hands), a
-    copy of a view of anything writable such as shared memory (what vLLM
-    hands), so a later overwrite of the segment cannot reach the object."""
+    """``--serde keep``: zero-copy on a private ``bytes`` (what impl hands a
+    serde that declares ``keeps_buffer``), a copy of a view of anything
+    writable such as shared memory (what vLLM hands), so a later overwrite of
+    the segment cannot reach the object."""
     from multiprocessing import shared_memory
 
-    from bench.store import KeepingBufferSerde
+    from bench.store import BufferSerde, KeepingBufferSerde
 
+    assert KeepingBufferSerde.keeps_buffer is True
+    assert not getattr(BufferSerde, "keeps_buffer", False)  # the default serde copies: impl hands it shared memory
     serde = KeepingBufferSerde()
     payload = b"\x07" * 1000
     parts, nbytes, md, md_n = serde.serialize(payload)
@@ -246,3 +274,51 @@ def test_store_bench_keep_serde_verifies_views(tmp_path):
     assert p.returncode == 0, p.stdout + p.stderr
     _check_rows(doc, ["impl", "copy"], [64 * 1024])
     assert doc["store"]["serde"] == "keep"
+
+
+@pytest.mark.parametrize("serde_name", ["buffers", "keep"])
+def test_impl_hands_each_bench_serde_what_it_declares(serde_name):
+    """segment v2: impl deserializes straight from shared memory (the
+    ``buffers`` serde copies out: a ``bytes``), unless the serde declares
+    ``keeps_buffer`` (``keep``: impl hands it a private ``bytes`` copy, which it
+    keeps as a view) -- and the object survives the reuse of its slot."""
+    import multiprocessing
+
+    from bench.store import SERDES
+    from shmspec.conformance.adapter import open_writer
+    from shmspec.conformance.loader import load_target
+
+    target = load_target("impl")
+    lock = multiprocessing.Lock()
+    serde = SERDES[serde_name]
+    writer = open_writer(target, 64 * 1024, 16 * 1024, 1, lock, serde)
+    try:
+        handle = target.module.ShmObjectStorageHandle(
+            max_object_size=16 * 1024, n_readers=1, ring_buffer_handle=writer.ring_buffer.handle(),
+            serde_class=serde, reader_lock=lock)
+        reader = target.storage_cls.create_from_handle(handle)
+        try:
+            payload = bytes(range(256)) * 16
+            address, monotonic_id = writer.put("a", payload)
+            got = reader.get(address, monotonic_id, writer.get_signature("a"), "a")
+            if serde_name == "keep":
+                assert type(got) is memoryview and type(got.obj) is bytes
+            else:
+                assert type(got) is bytes
+            assert got == payload
+            for i in range(40):  # the ring reuses the slot many times over
+                address, monotonic_id = writer.put(f"b{i}", bytes([i]) * len(payload))
+                reader.get(address, monotonic_id, writer.get_signature(f"b{i}"), f"b{i}")
+            assert got == payload
+        finally:
+            reader.close()
+    finally:
+        writer.close()
+
+
+def test_store_bench_reader_malloc_retain(tmp_path):
+    p, doc = _bench(tmp_path, "--sizes", "64KiB", "--stores", "impl,copy,physical", "--reader-malloc", "retain")
+    assert p.returncode == 0, p.stdout + p.stderr
+    _check_rows(doc, ["impl", "copy", "physical"], [64 * 1024])
+    assert doc["store"]["reader_malloc"] == "retain"
+    assert "reader malloc retain" in p.stdout

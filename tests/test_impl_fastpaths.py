@@ -303,3 +303,40 @@ def test_check_header_on_a_real_segment():
     finally:
         reader.close()
         writer.close()
+
+
+# ------------------------------------------------ reader handle fields + bytes
+def _fields_then_bytes(address, monotonic_id, signature, key):
+    """What the read path did before ``reader_handle_bytes``: the full field
+    check, then ``bytes(signature)`` (inside ``check_signature``)."""
+    signing.validate_handle_fields(address, monotonic_id, signature, key)
+    return bytes(signature)
+
+
+ODD_ADDRESSES = [0, 2**64 - 1, 2**64, -1, True, SubInt(5), Color.RED, 1.0, "1"]
+ODD_IDS = [0, 2**31 - 1, 2**31, -1, False, SubInt(3), Color.RED, 2.0]
+ODD_KEYS = ["k", "", type("SubStr", (str,), {})("k"), b"k", 5]
+
+
+@pytest.mark.parametrize("name", [n for n in ODD_SIGNATURES if ODD_SIGNATURES[n] is not None])
+def test_reader_handle_bytes_agrees_with_fields_then_bytes(name):
+    signature = ODD_SIGNATURES[name]
+    for address in ODD_ADDRESSES:
+        for monotonic_id in ODD_IDS:
+            for key in ODD_KEYS:
+                fast = _outcome(lambda s: signing.reader_handle_bytes(address, monotonic_id, s, key), signature)
+                reference = _outcome(lambda s: _fields_then_bytes(address, monotonic_id, s, key), signature)
+                assert fast == reference, (address, monotonic_id, key)
+
+
+@given(secret=st.binary(min_size=1, max_size=100), key=st.text(max_size=40),
+       address=st.integers(0, 2**64 - 1), monotonic_id=st.integers(0, 2**31 - 1),
+       gen=st.integers(0, 2**64 - 1))
+@settings(max_examples=300, deadline=None)
+def test_signer_signs_the_bytes_make_signature_does(secret, key, address, monotonic_id, gen):
+    signer = signing.Signer(secret)
+    expected = signing.make_signature(secret, key, address, monotonic_id, gen)
+    assert signer.sign(key, address, monotonic_id, gen) == expected
+    signer.check(key, address, monotonic_id, gen, list(expected))
+    with pytest.raises(signing.BadSignature):
+        signer.check(key, address, monotonic_id, gen, [expected[0] ^ 1, *expected[1:]])
