@@ -113,6 +113,8 @@ class SingleWriterShmRingBuffer:
             self._abs_end = 0
             self._base: dict[int, tuple[int, ...]] = {}
             self._pending: tuple[int, int, int, int, tuple[int, ...]] | None = None
+            self._drain: tuple[int, int, int] | None = (0, 0, 0)
+            """The published drain window (see :meth:`_set_drain`)."""
             self.max_chunks = max_chunks or layout.default_max_chunks(data_buffer_size)
             self.shared_memory = segment.create_segment(total, name)
         else:
@@ -213,7 +215,10 @@ class SingleWriterShmRingBuffer:
     def _set_drain(self, lo: int, hi: int, hw: int) -> None:
         """Writer: publish the drain window under the seqlock (odd while the
         three words change; a sequence left odd by an interrupted update is
-        reused, so the next update always ends even)."""
+        reused, so the next update always ends even).  ``_drain`` mirrors the
+        words; it is set only once they are published (``None`` while an
+        update is under way: the writer's storage then repairs the window)."""
+        self._drain = None
         ctl = self.control
         seq = ctl[layout.CTL_DRAIN_SEQ] | 1
         ctl[layout.CTL_DRAIN_SEQ] = seq
@@ -221,6 +226,7 @@ class SingleWriterShmRingBuffer:
         ctl[layout.CTL_DRAIN_HI] = hi
         ctl[layout.CTL_DRAIN_HW] = hw
         ctl[layout.CTL_DRAIN_SEQ] = seq + 1
+        self._drain = (lo, hi, hw)
 
     def _publish_start(self) -> None:
         self.control[layout.CTL_ABS_START] = self._abs_start
@@ -336,7 +342,7 @@ class SingleWriterShmRingBuffer:
                 seconds.  No chunk, index or counter changed; the pre-clear
                 chunks the allocation would have reached no longer drain.
         """
-        lo, hi, hw = self._drain_words()
+        lo, hi, hw = self._drain or self._drain_words()
         if lo < hi and phys_end > hw:
             if phys_end >= self.data_buffer_size:  # every byte reached: the drain is over
                 self._set_drain(hi, hi, 0)

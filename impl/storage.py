@@ -275,7 +275,7 @@ class SingleWriterShmObjectStorage:
             self._intent = None
         ring = self.ring_buffer
         ring._pending = None
-        if ring.control[layout.CTL_DRAIN_SEQ] & 1:
+        if ring._drain is None:  # an update of the drain window was interrupted
             hi = ring.control[layout.CTL_DRAIN_HI]
             ring._set_drain(hi, hi, 0)
 
