@@ -8,8 +8,10 @@ Both describe one transition system: ``tla/ShmStore.tla`` and
   of the same name in snake case; records become tuples in the field order the
   model documents (a chunk ``(abs, addr, size, id, key)``, a memory cell
   ``(id, size, cnt, obj)``, a handle ``(abs, addr, id, obj)``); functions over
-  Readers become tuples in sorted reader order; ``issued`` becomes a sorted
-  tuple.  States are then compared up to the spec's symmetry
+  Readers become tuples in sorted reader order (``starts`` and ``acks``, per
+  reader, tuples over allocation numbers); ``issued`` becomes a sorted tuple,
+  the set of readers ``wwait`` a tuple of booleans in reader order, the
+  sequence ``pend`` a tuple.  States are then compared up to the spec's symmetry
   (:func:`~shmspec.model.atomic.canonical`).
 - :func:`compare` checks that breadth-first enumeration of the model reaches
   exactly the states TLC reached (``-dump``), and reports counts side by side
@@ -58,15 +60,22 @@ def abstract(cfg: Config, v: dict[str, Any]) -> State:
     def h(x: dict) -> tuple[int, int, int, int]:
         return (x["abs"], x["addr"], x["id"], x["obj"])
 
+    def chunk(c: dict) -> tuple[int, int, int, int, str]:
+        return (c["abs"], c["addr"], c["size"], c["id"], c["key"])
+
+    def per_abs(f: dict) -> tuple[tuple[int, ...], ...]:
+        return tuple(tuple(f[r][a] for a in range(cfg.max_puts)) for r in R)
+
     mem = v["mem"]
     return State(
-        v["start"], v["end"], v["idStart"], v["idEnd"],
-        tuple((c["abs"], c["addr"], c["size"], c["id"], c["key"]) for c in v["chunks"]),
+        v["start"], v["end"], v["idStart"], v["idEnd"], tuple(chunk(c) for c in v["chunks"]),
         tuple((mem[u]["id"], mem[u]["size"], mem[u]["cnt"], mem[u]["obj"]) for u in range(cfg.ring_units)),
         v["wpc"], v["pubStart"], v["pubEnd"], v["puts"], tuple(sorted(h(x) for x in v["issued"])), v["clearAt"],
+        tuple(chunk(c) for c in v["pend"]), tuple(r in v["wwait"] for r in R), v["planned"],
+        v["drainLo"], v["drainHi"], v["drainHw"],
         tuple(v["pc"][r] for r in R), tuple(h(v["hd"][r]) for r in R), tuple(v["hsz"][r] for r in R),
-        tuple(v["copy"][r] for r in R), tuple(v["got"][r] for r in R), tuple(v["floor"][r] for r in R),
-        tuple(tuple(v["starts"][r][a] for a in range(cfg.max_puts)) for r in R),
+        tuple(v["got"][r] for r in R), tuple(v["floor"][r] for r in R), per_abs(v["starts"]),
+        tuple(v["pins"][r] for r in R), tuple(v["verdict"][r] for r in R), per_abs(v["acks"]),
     )
 
 
@@ -183,8 +192,23 @@ def _handle(h: tuple) -> str:
     return f"h{h[0] + 1}({h[1]},{h[2]})"
 
 
-def _ring(s: State) -> list[str]:
-    """Live chunks as ``id@address:reader_count`` (address in units)."""
+def _allocation(s: State, a: int) -> str:
+    """Allocation ``a`` as a handle (``h<a+1>(address,id)``) when it is issued,
+    live or being put, else ``h<a+1>``."""
+    for c in s.issued:
+        if c[0] == a:
+            return _handle(c)
+    for c in s.chunks + s.pend:
+        if c[0] == a:
+            return _handle((a, c[1], c[3]))
+    return f"h{a + 1}"
+
+
+def _ring(cfg: Config, s: State) -> list[str]:
+    """Live chunks as ``id@address:reads`` (address in units; reads: vLLM's
+    in-band reader_count, impl's acks summed over readers)."""
+    if cfg.hardened:
+        return [f"{c[3]}@{c[1]}:{sum(a[c[0]] for a in s.acks)}" for c in s.chunks]
     return [f"{c[3]}@{c[1]}:{s.mem[c[1] % len(s.mem)][2]}" for c in s.chunks]
 
 
@@ -193,14 +217,25 @@ def _observed(cfg: Config, before: State, after: State, step: atomic.Step | None
         return ""
     if step.process == atomic.WRITER:
         if step.name == "publish":
-            return "handle " + _handle(after.issued[-1] if after.issued else atomic.NO_HANDLE)
+            return "handle " + _handle(next(h for h in after.issued if h[0] == dict(step.args)["abs"]))
         if step.name == "payload_write":
             return ""
+        if step.name == "pin_scan":
+            waits = [r for r, w in zip(cfg.readers, after.wwait) if w]
+            c = after.pend[0]
+            return (f"plans id {c[3]} at {c[1]}; " + (f"waits for the pin of {', '.join(waits)}" if waits
+                                                      else "no pin to wait for"))
+        if step.name == "pin_wait":
+            return "pins released"
+        if step.name == "header_write" and cfg.hardened:
+            return f"header id {after.pend[0][3]} at {after.pend[0][1]}"
         return f"start={after.start} end={after.end} ids {after.id_start}..{after.id_end}"
     i = cfg.readers.index(step.process)
     parts = [f"{before.pc[i]}→{after.pc[i]}"]
-    if after.copy[i] != before.copy[i]:
-        parts.append(f"copied {_obj(after.copy[i])}")
+    if after.pins[i] != before.pins[i]:
+        parts.append(f"pin h{after.pins[i]}" if after.pins[i] else "unpinned")
+    if after.verdict[i] != before.verdict[i] and after.verdict[i] != "none":
+        parts.append(after.verdict[i])
     if after.got[i] != before.got[i]:
         parts.append(f"got {_obj(after.got[i])}")
     return " ".join(parts)
@@ -208,9 +243,38 @@ def _observed(cfg: Config, before: State, after: State, step: atomic.Step | None
 
 MESSAGES = {
     "NRR": "a reader deserialized {got} for handle {h}, which holds {want}",
-    "CLR": "a get that started after clear() returned {got}, put before that clear",
+    "CLR": "a get that started after clear() deserialized {got} for handle {h}, issued before that clear",
+    "CLR-reused": "reader {r} resolves handle {h}, issued before clear(), while allocation {c} put since covers its bytes",
     "RC": "a live chunk's reader_count exceeds the gets started on it",
+    "RC-acks": "reader {r} acknowledged {acks} reads of {h} but started {starts} (an ack landed on another allocation)",
+    "PROM": "handle {h} is no longer live but reader {r}, promised a read of it, never started one",
 }
+
+
+def _message(cfg: Config, invariant: str, last: State) -> str | None:
+    """What the last state of a counterexample breaks, in words."""
+    R = cfg.readers
+    for r, (g, h) in enumerate(zip(last.got, last.hd)):
+        if invariant == "NRR" and g not in (NO_OBJ, h[3]):
+            return MESSAGES["NRR"].format(got=_obj(g), h=_handle(h), want=_obj(h[3])) + f" (reader {R[r]})"
+        if invariant == "CLR" and g not in (NO_OBJ, h[3]) and h[0] < last.floor[r]:
+            return MESSAGES["CLR"].format(got=_obj(g), h=_handle(h)) + f" (reader {R[r]})"
+        if invariant == "CLR" and last.pc[r] == "checked" and h[0] < last.clear_at and atomic._reused(cfg, last, r):
+            written = last.chunks + (last.pend if cfg.hardened and last.wpc in ("header", "payload") else ())
+            c = next(c for c in written if c[0] >= last.clear_at)
+            return MESSAGES["CLR-reused"].format(r=R[r], h=_handle(h), c=f"h{c[0] + 1}@{c[1]}")
+    if invariant == "RC":
+        for r, (acks, starts) in enumerate(zip(last.acks, last.starts)):
+            for a, (n, m) in enumerate(zip(acks, starts)):
+                if n > m:
+                    return MESSAGES["RC-acks"].format(r=R[r], acks=n, h=_allocation(last, a), starts=m)
+        return MESSAGES["RC"]
+    if invariant == "PROM":
+        for r in range(len(R)):
+            for h in last.issued:
+                if h[0] >= last.clear_at and last.starts[r][h[0]] == 0 and not last.pub_start <= h[0] < last.pub_end:
+                    return MESSAGES["PROM"].format(h=_handle(h), r=R[r])
+    return None
 
 
 def counterexample(cf: ConfigFile, invariant: str, result: TlcResult, replay: TraceReplay) -> Violation:
@@ -228,19 +292,11 @@ def counterexample(cf: ConfigFile, invariant: str, result: TlcResult, replay: Tr
             "index": i, "process": step.process if step else ("-" if i == 0 else "?"), "kind": "step",
             "action": ts.action, "args": {k: (_handle(v) if k == "handle" else v) for k, v in step.args} if step else {},
             "yield_point": None, "observed": _observed(cfg, prev, states[i], step) if i else "initial state",
-            "ring": _ring(states[i]), "changed": changed,
+            "ring": _ring(cfg, states[i]), "changed": changed,
             "model": "departs" if replay.model_departs == i else ("ok" if step or i == 0 else "not reached"),
             "violations": [],
         })
-    last = states[-1]
-    msg = f"{invariant} violated after {len(steps) - 1} steps"
-    for r, (g, h) in enumerate(zip(last.got, last.hd)):
-        if invariant == "NRR" and g not in (NO_OBJ, h[3]):
-            msg = MESSAGES["NRR"].format(got=_obj(g), h=_handle(h), want=_obj(h[3])) + f" (reader {cfg.readers[r]})"
-        if invariant == "CLR" and g != NO_OBJ and h[0] < last.floor[r]:
-            msg = MESSAGES["CLR"].format(got=_obj(g)) + f" (reader {cfg.readers[r]}, handle {_handle(h)})"
-    if invariant == "RC":
-        msg = MESSAGES["RC"]
+    msg = _message(cfg, invariant, states[-1]) or f"{invariant} violated after {len(steps) - 1} steps"
     steps[-1]["violations"] = [{"property": invariant, "message": msg}]
     return Violation(invariant, msg, f"tlc {cf.name}", 0, steps,
                      {"config": cf.name, "constants": cf.constants,

@@ -15,30 +15,50 @@ Step mapping.  A process is paused just before a yield point; one spec step
 advances it from the yield point where that step begins to the one where the
 process's next spec step begins (or to the end of its operation):
 
-==================  ===========================  ==============================
-spec action         impl (hardened, copies out)  vLLM (deserializes in place)
-==================  ===========================  ==============================
-header_write(k, n)  ``put`` started, to          the whole ``put`` (the writer
-                    ``payload_write``            has no yield points)
-payload_write       to ``publish``               nothing (done by the put)
-publish             to the end of the put        nothing (done by the put)
-free_step           ``free_unused`` (started if  ``free_unused``, whole
+==================  ===============================  ==============================
+spec action         impl (hazard pins, segment v2)   vLLM (deserializes in place)
+==================  ===============================  ==============================
+pin_scan(k, n)      ``put`` started (kills           the whole ``put`` (the writer
+                    published), past ``pin_scan``    has no yield points)
+pin_wait            past ``pin_wait`` to             nothing (done by the put)
+                    ``header_write``
+header_write(k, n)  past ``header_write``; for a     the whole ``put``
+                    vLLM behaviour the ``put`` is
+                    started and runs through its
+                    pin scan first
+payload_write       to ``publish``                   nothing (done by the put)
+publish             to the end of the put            nothing (done by the put)
+free_step           ``free_unused`` (started if      ``free_unused``, whole
                     idle) past one ``free_step``
-clear               the whole ``clear()``        the whole ``clear()``
-reader_check(r, h)  ``get(h)`` started, past     ``get(h)`` started, past
-                    ``reader_check``             ``reader_check`` (header id)
-payload_read(r)     past ``payload_read`` (copy) past ``deserialize`` (in place)
-reader_check(r)     past the re-check            (no such step)
-counter_increment   lock, check, count, unlock   lock, count, unlock
-deserialize(r)      past ``deserialize``         (no such step)
-==================  ===========================  ==============================
+clear               the whole ``clear()``            the whole ``clear()``
+pin(r, h)           ``get(h)`` started, past         (no such step)
+                    ``pin``
+reader_check(r)     past ``reader_check``            (a vLLM behaviour's
+                                                     ``reader_check(r, h)``:
+                                                     ``get(h)`` started, past
+                                                     ``reader_check``; on impl
+                                                     past ``pin`` too)
+deserialize(r)      past ``deserialize``             past ``deserialize``
+payload_read(r)     (a vLLM behaviour's step: past   past ``deserialize`` (in place)
+                    ``deserialize``)
+counter_increment   past ``counter_increment``       lock, count, unlock
+                    (the ack; the pin is released)
+==================  ===============================  ==============================
 
 A target's read path is chosen by its profile: ``lenient_stale`` profiles
-(vLLM's) deserialize in place, the others (impl) copy, re-check and then
-deserialize.  impl's ``free_unused`` reclaims every reclaimable chunk from the
-oldest while holding the reader lock: after one spec ``free_step`` the writer
-stays paused before its next ``free_step`` (if any), and the next writer step
-of another kind first runs ``free_unused`` to its end.
+(vLLM's) check the header and deserialize in place, the others (impl) pin,
+check, deserialize under the pin and acknowledge.  A step that starts a get
+carries its handle.  impl's writer pauses at ``pin_wait`` while a pin it found
+names a chunk that is no longer live; its ``free_unused`` reclaims every chunk
+that is reclaimable when it gets there: after one spec ``free_step`` the
+writer stays paused before its next ``free_step`` (if any), and the next
+writer step of another kind first runs ``free_unused`` to its end.
+
+Observations.  While the spec's writer is inside a put the ring is compared
+as both kinds of writer show it: ``start``, ``id_start`` and the published
+chunks (impl adds a chunk to its ring when it publishes it, vLLM's writer has
+finished the whole put); the new chunk's address and id are compared at
+``publish`` (the handle) and in the ring from then on.
 
 Geometry.  One spec unit is :data:`UNIT_BYTES` bytes (the spec's 8-byte unit
 cannot hold the harness serde's 8 bytes of metadata): a chunk of ``n`` units
@@ -81,14 +101,21 @@ holds its 4-byte allocation number)."""
 HEADER_BYTES = 8
 """The store's chunk header, ``[id: int32][chunk_size: int32]``."""
 
-WRITE_BEGINS = ("header_write", "payload_write", "publish", "free_step", "clear")
+WRITE_BEGINS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
 """Writer yield points where a spec step begins (lock points are inside steps)."""
-COPY_READ = (("check", "reader_check"), ("payload_read", "payload_read"), ("recheck", "reader_check"),
-             ("counter_increment", "lock_acquire"), ("deserialize", "deserialize"))
-"""impl's read path: each spec read step and the yield point it begins at."""
+WRITE_ACTIONS = WRITE_BEGINS
+"""The spec's writer actions."""
+PINNED_READ = (("pin", "pin"), ("check", "reader_check"), ("deserialize", "deserialize"),
+               ("counter_increment", "counter_increment"))
+"""impl's read path (segment v2, a serde that does not keep its buffer, as
+the harness's): each spec read step and the yield point it begins at."""
+PINNED_ALIASES = {"payload_read": "deserialize"}
+"""A vLLM behaviour's read steps on impl's path: vLLM's in-place
+``payload_read`` is impl's ``deserialize``."""
 CAUSES = {
     "inside-put": "the spec interleaves a reader step inside a put; this target's writer runs a put whole",
     "whole-free": "this target's free_unused reclaims every reclaimable chunk in one step",
+    "batch-free": "this target's free_unused applies every chunk it reclaims at its end (the spec frees one per step)",
     "id-wrap": "the spec's ids wrap at IdMod; the target's 2**31 ids tell the handles apart",
 }
 """Departures that come from the mapping, not from the target: a target
@@ -96,6 +123,9 @@ without writer yield points (vLLM) cannot stop inside a put or between two
 free steps; no target reaches the spec's small id wraparound."""
 IN_PLACE_READ = (("check", "reader_check"), ("payload_read", "deserialize"), ("counter_increment", "lock_acquire"))
 """vLLM's read path (0.11 - 0.33): the id check, deserialize in place, count."""
+IN_PLACE_ALIASES = {"deserialize": "payload_read"}
+"""impl's ``deserialize`` step on vLLM's path (a hardened behaviour's pin has
+no counterpart there)."""
 
 
 # ------------------------------------------------------------------ geometry
@@ -140,8 +170,10 @@ class Observation:
     """What one step showed: the acting process's ``outcome`` (``passed``,
     ``stale``, ``deserialized o2``, ``freed id 0``, ...) and the writer's
     ``ring`` afterwards in spec units: ``(start, end, id_start, id_end,
-    ((id, address, size, reader_count), ...))``, the reader_count of a chunk
-    not yet published being ``None`` (the spec leaves it at the old value)."""
+    ((id, address, size, reads), ...))`` with the published chunks (reads:
+    vLLM's in-band reader_count, impl's acknowledged reads summed over the
+    readers); while the writer is inside a put, ``end`` and ``id_end`` are
+    ``None`` (not compared, see the module docstring)."""
 
     outcome: str
     ring: tuple
@@ -151,7 +183,8 @@ class Observation:
         if not r:
             return self.outcome
         chunks = " ".join(f"{c[0]}@{c[1]}+{c[2]}:{'?' if c[3] is None else c[3]}" for c in r[4])
-        return f"{self.outcome}; ring {r[0]}..{r[1]} ids {r[2]}..{r[3]} [{chunks}]"
+        end, id_end = ("?" if x is None else x for x in (r[1], r[3]))
+        return f"{self.outcome}; ring {r[0]}..{end} ids {r[2]}..{id_end} [{chunks}]"
 
 
 def obj_name(tag: int) -> str:
@@ -160,26 +193,29 @@ def obj_name(tag: int) -> str:
 
 
 def _read_kind(step: Step) -> str:
-    if step.name == "reader_check":
-        return "check" if step.args else "recheck"
-    return step.name
+    """A reader step's kind: its action, ``reader_check`` as ``check``."""
+    return "check" if step.name == "reader_check" else step.name
 
 
 def spec_ring(cfg: Config, s: State) -> tuple:
     """The writer's ring of spec state ``s`` (:class:`Observation`'s ``ring``)."""
-    published = len(s.chunks) if s.wpc == "idle" else len(s.chunks) - 1
-    return (s.start, s.end, s.id_start, s.id_end,
-            tuple((c[3], c[1], c[2], s.mem[c[1] % cfg.ring_units][2] if i < published else None)
-                  for i, c in enumerate(s.chunks)))
+    inside = s.wpc not in ("idle", "freeing")
+    published = len(s.chunks) - 1 if inside and not cfg.hardened else len(s.chunks)
+    chunks = tuple((c[3], c[1], c[2], sum(a[c[0]] for a in s.acks) if cfg.hardened
+                    else s.mem[c[1] % cfg.ring_units][2]) for c in s.chunks[:published])
+    return (s.start, None if inside else s.end, s.id_start, None if inside else s.id_end, chunks)
 
 
 def expected(cfg: Config, before: State, after: State, step: Step) -> Observation:
     """What the spec says step ``step`` from ``before`` to ``after`` shows."""
     ring = spec_ring(cfg, after)
     if step.process == WRITER:
+        if step.name == "pin_scan":
+            return Observation("waits for a pin" if after.wpc == "wait" else "proceeds", ring)
+        if step.name == "pin_wait":
+            return Observation("proceeds", ring)
         if step.name == "header_write":
-            c = after.chunks[-1]
-            return Observation(f"allocated id {c[3]} at {c[1]} ({c[2]} units)", ring)
+            return Observation("header written", ring)
         if step.name == "payload_write":
             return Observation("payload written", ring)
         if step.name == "publish":
@@ -187,17 +223,21 @@ def expected(cfg: Config, before: State, after: State, step: Step) -> Observatio
             h = next(x for x in after.issued if x[0] == ab)
             return Observation(f"handle h{ab} = ({h[1]}, {h[2]})", ring)
         if step.name == "free_step":
-            return Observation(f"freed id {before.chunks[0][3]}", ring)
+            if not cfg.hardened:
+                return Observation(f"freed id {before.chunks[0][3]}", ring)
+            if after.wpc == "freeing":
+                return Observation(f"plans id {before.chunks[before.planned][3]}", ring)
+            ids = [c[3] for c in before.chunks[:before.planned + 1]]
+            return Observation(f"freed id{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}", ring)
         return Observation("cleared", ring)
     i = cfg.readers.index(step.process)
     kind = _read_kind(step)
-    pc = after.pc[i]
-    if kind in ("check", "recheck"):
-        return Observation("passed" if pc != "idle" else "stale", ring)
-    if kind == "payload_read":
-        return Observation("copied" if cfg.hardened else f"deserialized {obj_name(after.got[i])}", ring)
+    if kind == "pin":
+        return Observation("pinned", ring)
+    if kind == "check":
+        return Observation("passed" if after.pc[i] != "idle" else "stale", ring)
     if kind == "counter_increment":
-        return Observation("stale" if cfg.hardened and pc == "idle" else "counted", ring)
+        return Observation("counted", ring)
     return Observation(f"deserialized {obj_name(after.got[i])}", ring)
 
 
@@ -257,15 +297,15 @@ def recover_step(cfg: Config, before: State, after: State, action: str) -> Step:
     Raises:
         ValueError: no reader changed on a reader action.
     """
-    if action in ("header_write", "payload_write", "publish", "free_step", "clear"):
-        if action == "header_write":
-            c = after.chunks[-1]
+    if action in WRITE_ACTIONS:
+        if action in ("pin_scan", "header_write"):
+            c = atomic.current(cfg, after)
             return Step(action, WRITER, (("key", c[4]), ("size", c[2])))
         if action == "free_step":
             return Step(action, WRITER, (("abs", before.chunks[0][0]),))
-        if action == "clear":
+        if action in ("clear", "pin_wait"):
             return Step(action, WRITER)
-        return Step(action, WRITER, (("abs", after.chunks[-1][0]),))
+        return Step(action, WRITER, (("abs", atomic.current(cfg, before)[0]),))
     for i, r in enumerate(cfg.readers):
         if before.starts[i] != after.starts[i]:
             return Step(action, r, (("handle", after.hd[i]),))
@@ -394,20 +434,27 @@ class _Run:
         self.cfg, self.geo, self.target = cfg, geo, target
         self.pool = _Recorder(pool)
         self.session = ScheduledSession(self.pool, target, geo.session_config(cfg))  # type: ignore[arg-type]
-        self.read_path = dict(IN_PLACE_READ if target.profile.lenient_stale else COPY_READ)
-        self.read_order = [k for k, _ in (IN_PLACE_READ if target.profile.lenient_stale else COPY_READ)]
+        in_place = target.profile.lenient_stale
+        path = IN_PLACE_READ if in_place else PINNED_READ
+        self.read_path = dict(path)
+        self.read_order = [k for k, _ in path]
+        self.read_aliases = IN_PLACE_ALIASES if in_place else PINNED_ALIASES
         self.refs: dict[int, str] = {}
         """spec allocation number -> the session's ref of the target's handle."""
         self.tags: dict[bytes, int] = {}
         self.puts = 0
-        """Allocations so far (the spec's ``puts``: one per header_write)."""
+        """Allocations so far (the spec's ``puts``: one per put started)."""
         self.put_abs: int | None = None
         self.put_handle: tuple[int, int] | None = None
         self.seen: dict[str, int] = {}
         self.lanes: list[dict[str, Any]] = []
-        self.whole_writer = target.profile.lenient_stale
+        self.whole_writer = in_place
         """vLLM's writer: no yield points, every operation runs whole."""
         self.read_inside_put = False
+        self.reclaiming: list[int] = []
+        """The target's live ids when its running ``free_unused`` started."""
+        self.planned = 0
+        """``free_step`` points that reclaim has passed."""
 
     # -- plumbing
     def _exec(self, proc: str, kind: str, action: str = "", args: dict | None = None) -> StepOutcome:
@@ -434,14 +481,19 @@ class _Run:
     def _units(self, v: int) -> int | str:
         return v // self.geo.unit if v % self.geo.unit == 0 else f"{v}B"
 
-    def ring(self, mask_last: bool) -> tuple:
+    def ring(self, want: tuple) -> tuple:
+        """The target's ring as :class:`Observation` has it; projected as
+        ``want`` is while the spec's writer is inside a put (``end`` and
+        ``id_end`` not compared, only as many chunks as the spec published)."""
         snap = self.session.snap
         if snap is None:
             return ("?",)
-        chunks = tuple((self._id(c.id), self._units(c.address), self._units(c.size),
-                        None if mask_last and i == len(snap.chunks) - 1 else c.reader_count)
-                       for i, c in enumerate(snap.chunks))
-        return (self._units(snap.start), self._units(snap.end), self._id(snap.id_start), self._id(snap.id_end), chunks)
+        chunks = tuple((self._id(c.id), self._units(c.address), self._units(c.size), c.reader_count)
+                       for c in snap.chunks)
+        ring = (self._units(snap.start), self._units(snap.end), self._id(snap.id_start), self._id(snap.id_end), chunks)
+        if len(want) == 5 and want[1] is None:
+            ring = (ring[0], None, ring[2], None, chunks[:len(want[4])])
+        return ring
 
     def _to_begin(self, proc: str, out: StepOutcome, begins: tuple[str, ...]) -> StepOutcome:
         """Advance ``proc`` until it pauses at one of ``begins`` or finishes."""
@@ -464,10 +516,26 @@ class _Run:
         while self._point(WRITER) is not None:
             self._exec(WRITER, "advance")
 
+    def _error(self, out: StepOutcome | None) -> str | None:
+        if out is not None and out.result is not None and out.result["error"] is not None:
+            return out.result["error"]
+        return None
+
+    def _scanned(self, out: StepOutcome) -> str:
+        """The outcome of impl's pin scan (or of a wait round): the writer
+        went on to ``header_write``, or it waits at ``pin_wait``."""
+        if (err := self._error(out)) is not None:
+            return err
+        point = self._point(WRITER)
+        if point == "pin_wait":
+            return "waits for a pin"
+        return "proceeds" if point == "header_write" else f"the writer is {'paused at ' + point if point else 'done'}"
+
     def writer(self, step: Step) -> str:
         point = self._point(WRITER)
         name = step.name
-        if name in ("header_write", "clear"):
+        starts_put = name == "pin_scan" or (name == "header_write" and not self.cfg.hardened)
+        if starts_put or name == "clear":
             if point == "free_step":  # impl's greedy free_unused: run it to its end first
                 self._drain_writer()
             elif point is not None:
@@ -483,44 +551,57 @@ class _Run:
             self.tags[data] = self.puts + 1
             self.puts += 1
             out = self._exec(WRITER, "start", "put", {"key": a["key"], "data": data.hex()})
-            if self._point(WRITER) == "header_write":
-                out = self._exec(WRITER, "advance")
+            if out.result is not None:  # a writer without yield points: the whole put
+                if (err := self._error(out)) is not None:
+                    return err
+                return "proceeds" if name == "pin_scan" else "header written"
             out = self._to_begin(WRITER, out, WRITE_BEGINS)
-            if out.result is not None and out.result["error"] is not None:
-                return out.result["error"]
-            snap = self.session.snap
-            c = snap.chunks[-1] if snap is not None and snap.chunks else None
-            if c is None:
-                return "no chunk allocated"
-            return f"allocated id {self._id(c.id)} at {self._units(c.address)} ({self._units(c.size)} units)"
-        if name in ("payload_write", "publish"):
+            if self._point(WRITER) == "pin_scan":
+                out = self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS)
+            outcome = self._scanned(out)
+            if name == "pin_scan" or outcome != "proceeds":
+                return outcome
+            point = self._point(WRITER)  # a vLLM behaviour's header_write: on past the header
+        if name == "pin_wait":
+            if point != "pin_wait":
+                return f"the writer is {'paused at ' + point if point else 'idle'}, not at pin_wait"
+            outcome = self._scanned(self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS))
+            return "still waits for a pin" if outcome == "waits for a pin" else outcome
+        if name in ("header_write", "payload_write", "publish"):
             if point == name:
                 out = self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS)
-            elif point is None and self.put_handle is not None and self.put_abs == dict(step.args)["abs"]:
-                out = None  # the put ran whole at header_write (no writer yield points)
+            elif (point is None and self.put_handle is not None
+                  and (name == "header_write" or self.put_abs == dict(step.args)["abs"])):
+                out = None  # the put ran whole when it started (no writer yield points)
             else:
                 return f"the writer is {'paused at ' + point if point else 'idle'}, not at {name}"
+            if (err := self._error(out)) is not None:
+                return err
+            if name == "header_write":
+                return "header written"
             if name == "payload_write":
                 return "payload written"
-            if out is not None and out.result is not None and out.result["error"] is not None:
-                return out.result["error"]
             if self.put_handle is None:
                 return "no handle returned"
             return f"handle h{self.put_abs} = ({self._units(self.put_handle[0])}, {self._id(self.put_handle[1])})"
-        # free_step
-        snap = self.session.snap
-        ids = [c.id for c in snap.chunks] if snap is not None else []
-        if point is None:  # vLLM's free_unused runs whole here (no writer yield points)
+        # free_step: impl's free_unused pauses before it plans each chunk it
+        # reclaims and applies them all at its end; vLLM's runs whole
+        if point is None:
+            snap = self.session.snap
+            self.reclaiming, self.planned = ([c.id for c in snap.chunks] if snap is not None else []), 0
             out = self._to_begin(WRITER, self._exec(WRITER, "start", "free_unused", {}), ("free_step",))
-            if out.result is not None and out.result["error"] is not None:
-                return out.result["error"]
+            if (err := self._error(out)) is not None:
+                return err
         elif point != "free_step":
             return f"the writer is paused at {point}"
         if self._point(WRITER) == "free_step":
-            self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
+            out = self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
+            self.planned += 1
+            if out.result is None and self.planned <= len(self.reclaiming):
+                return f"plans id {self._id(self.reclaiming[self.planned - 1])}"
         snap = self.session.snap
         left = {c.id for c in snap.chunks} if snap is not None else set()
-        freed = [self._id(i) for i in ids if i not in left]
+        freed = [self._id(i) for i in self.reclaiming if i not in left]
         if not freed:
             return "freed nothing"
         return f"freed id{'s' if len(freed) > 1 else ''} {', '.join(map(str, freed))}"
@@ -529,12 +610,13 @@ class _Run:
     def reader(self, step: Step) -> str:
         r = step.process
         kind = _read_kind(step)
+        kind = self.read_aliases.get(kind, kind) if kind not in self.read_path else kind
         if kind not in self.read_path:
-            return f"no {kind} step on this target's read path"
+            return f"no {_read_kind(step)} step on this target's read path"
         begin = self.read_path[kind]
         k = self.read_order.index(kind)
         nxt = (self.read_path[self.read_order[k + 1]],) if k + 1 < len(self.read_order) else ()
-        if kind == "check":
+        if step.args:  # the get of the step's handle starts here
             if r not in self.pool.idle():
                 return f"reader {r} is paused at {self._point(r)}"
             h = dict(step.args)["handle"]
@@ -542,9 +624,9 @@ class _Run:
             if ref is None:
                 return f"the target never issued handle h{h[0]}"
             self.seen[r] = 0
-            out = self._exec(r, "start", "get", {"ref": ref})
+            out = self._to_begin(r, self._exec(r, "start", "get", {"ref": ref}), (begin,))
             if out.result is None and self._point(r) != begin:
-                return f"reader {r} paused at {self._point(r)} before its check"
+                return f"reader {r} paused at {self._point(r)} before its {_read_kind(step)}"
         elif self._point(r) != begin:
             return f"reader {r} is {'paused at ' + str(self._point(r)) if self._point(r) else 'idle'}, not at {begin}"
         else:
@@ -556,12 +638,12 @@ class _Run:
         got = ", ".join(self._obj(d) for d in new)
         if out.result is not None and out.result["error"] is not None:
             base = "stale" if out.result["error"] == "StaleHandle" else out.result["error"]
-        elif kind in ("check", "recheck"):
+        elif kind == "pin":
+            base = "pinned"
+        elif kind == "check":
             base = "passed"
         elif kind == "counter_increment":
             base = "counted"
-        elif kind == "payload_read" and begin == "payload_read":
-            base = "copied"
         else:
             return f"deserialized {got or 'nothing'}"
         return base + (f" (deserialized {got})" if got else "")
@@ -574,22 +656,23 @@ class _Run:
             # the header at the handle's address carries the handle's id modulo
             # IdMod (the spec passes) but another allocation's full id
             return "id-wrap"
-        if self.whole_writer and (step.name in ("payload_read", "counter_increment") and before.wpc != "idle"
-                                  or step.name in ("payload_write", "publish") and self.read_inside_put):
+        if self.whole_writer and (step.process != WRITER and before.wpc != "idle"
+                                  or step.name in WRITE_ACTIONS[:5] and self.read_inside_put):
             return "inside-put"
         if self.whole_writer and step.name == "free_step" and got.outcome.startswith("freed ids"):
             return "whole-free"
+        if not self.cfg.hardened and step.name == "free_step" and got.outcome.startswith("plans"):
+            return "batch-free"
         return None
 
     def step(self, step: Step, want: Observation) -> Observation:
         try:
             outcome = self.writer(step) if step.process == WRITER else self.reader(step)
         except ScheduleError as exc:
-            # a step into the reader lock while another process holds it (impl's
-            # writer between two free steps): the target cannot take it now
+            # a step into the reader lock while another process holds it: the
+            # target cannot take it now
             outcome = f"blocked: {exc}" if "would block" in str(exc) else f"schedule error: {exc}"
-        mask = len(want.ring) == 5 and bool(want.ring[4]) and want.ring[4][-1][3] is None
-        return Observation(outcome, self.ring(mask_last=mask))
+        return Observation(outcome, self.ring(want.ring))
 
 
 def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, pool: ProcessPool | None = None,
@@ -625,7 +708,7 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
             res = StepResult(i, step, want, got, run.lanes)
             if not res.agrees:
                 res.cause = run.cause(step, before, want, got)
-            if before is not None and step.name in ("payload_read", "counter_increment") and before.wpc != "idle":
+            if before is not None and step.process != WRITER and before.wpc != "idle":
                 run.read_inside_put = True
             elif step.name == "publish":
                 run.read_inside_put = False
@@ -650,6 +733,6 @@ def replay_on_target(cfg: Config, behaviour: Behaviour, target: LoadedTarget, po
     return TargetReplay(target.spec, results, departs, violations, time.perf_counter() - t0, error)
 
 
-__all__ = ["ACTION_NAMES", "CAUSES", "Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
+__all__ = ["ACTION_NAMES", "CAUSES", "IN_PLACE_READ", "PINNED_READ", "WRITE_ACTIONS", "WRITE_BEGINS", "Behaviour", "Geometry", "Observation", "StepResult", "TargetReplay", "UNIT_BYTES", "behaviour_of",
            "departs_first", "expected", "geometry", "obj_name", "object_data", "recover_step",
            "replay_on_target", "spec_ring"]

@@ -258,7 +258,6 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
     """Every enabled action of the spec's ``Next`` with its successor state,
     one per binding of the action's arguments (as TLC enumerates them)."""
     B = cfg.ring_units
-    nr = len(cfg.readers)
     # ---- the writer
     for k in cfg.keys:
         for n in cfg.sizes:
@@ -272,9 +271,8 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
                 if a is None:
                     continue
                 lo, hi, hw = s.drain_lo, s.drain_hi, s.drain_hw
-                if lo < hi:
-                    lo = max(lo, s.puts - cfg.max_chunks + 1)
-                    lo, hw = (hi, 0) if lo >= hi else (lo, max(hw, a % B + n))
+                if lo < hi:  # the allocation's bytes end the drain below them (all: the window closes)
+                    lo, hw = (hi, 0) if a % B + n >= B else (lo, max(hw, a % B + n))
                 wait = tuple(cfg.scan_pins and p != 0 and p - 1 < s.pub_start for p in s.pins)
                 yield (Step("pin_scan", WRITER, (("key", k), ("size", n))),
                        s._replace(pend=((s.puts, a, n, s.id_end, k),), drain_lo=lo, drain_hw=hw, wwait=wait,

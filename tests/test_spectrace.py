@@ -4,7 +4,9 @@ Deliver 4b, target half).
 The NRR counterexample of the vLLM configs (a handle read after ``clear()``
 while the writer reuses its slot) is followed to its end by vLLM 0.33.0,
 whose reader deserializes the new object (NRR on the real store), while impl
-departs at the reader's first check (it rejects the cleared handle).
+departs when the writer would reuse the slot: the reader's check of the
+cleared handle passes (a drain read, CLR) and its hazard pin makes the
+writer wait (``pin_wait``) until the read is over.
 """
 
 from __future__ import annotations
@@ -34,15 +36,20 @@ IMPL = dataclasses.replace(VLLM, hardened=True)
 IMPL_REREAD = dataclasses.replace(IMPL, readers=("r1",), max_reads=2, read_once=False)
 
 
-def put(key: str, abs_: int, size: int = 2) -> list[Step]:
-    return [Step("header_write", WRITER, (("key", key), ("size", size))), Step("payload_write", WRITER, (("abs", abs_),)),
-            Step("publish", WRITER, (("abs", abs_),))]
+def put(key: str, abs_: int, size: int = 2, cfg: Config = VLLM) -> list[Step]:
+    """A put's steps: impl's starts with its pin scan."""
+    kn = (("key", key), ("size", size))
+    first = [Step("pin_scan", WRITER, kn), Step("header_write", WRITER, kn)] if cfg.hardened else [
+        Step("header_write", WRITER, kn)]
+    return first + [Step("payload_write", WRITER, (("abs", abs_),)), Step("publish", WRITER, (("abs", abs_),))]
 
 
 def get(cfg: Config, r: str, handle: tuple) -> list[Step]:
-    names = (["payload_read", "reader_check", "counter_increment", "deserialize"] if cfg.hardened
-             else ["payload_read", "counter_increment"])
-    return [Step("reader_check", r, (("handle", handle),))] + [Step(n, r) for n in names]
+    """A get's steps of a live chunk: impl pins, checks, deserializes, acks."""
+    if cfg.hardened:
+        return [Step("pin", r, (("handle", handle),))] + [Step(n, r) for n in
+                                                           ("reader_check", "deserialize", "counter_increment")]
+    return [Step("reader_check", r, (("handle", handle),))] + [Step(n, r) for n in ("payload_read", "counter_increment")]
 
 
 def path(cfg: Config, steps: list[Step]) -> Behaviour:
@@ -102,11 +109,11 @@ def test_after_the_model_departs_the_steps_come_from_the_trace():
         known = full.steps if departs is None else full.steps[:departs] if departs else []
         b = behaviour_of(VLLM, TraceReplay(full.states, list(known), departs), actions)
         assert b.steps[1:] == full.steps[1:] and b.expect == full.expect
-    # TLC's name for impl's re-check is the spec's reader_check
-    b = behaviour_of(IMPL, TraceReplay(path(IMPL, put("k1", 0) + get(IMPL, "r1", H0)).states, [], 0),
-                     ["-", "header_write", "payload_write", "publish", "reader_check", "payload_read", "Recheck",
-                      "counter_increment", "deserialize"])
-    assert b.steps[6] == Step("reader_check", "r1")
+    # TLC's name for impl's check of the pinned allocation is the spec's reader_check
+    b = behaviour_of(IMPL, TraceReplay(path(IMPL, put("k1", 0, cfg=IMPL) + get(IMPL, "r1", H0)).states, [], 0),
+                     ["-", "pin_scan", "header_write", "payload_write", "publish", "pin", "PinnedCheck", "deserialize",
+                      "counter_increment"])
+    assert b.steps[5] == Step("pin", "r1", (("handle", H0),)) and b.steps[6] == Step("reader_check", "r1")
 
 
 def test_who_departs_first():
@@ -125,50 +132,63 @@ def test_behaviours_round_trip_through_json():
 
 
 # ------------------------------------------------------------- on impl
-def test_impl_rejects_the_cleared_handle_at_the_first_check(impl):
+def test_impl_makes_the_writer_wait_for_the_reader_of_a_cleared_handle(impl):
     r = replay_on_target(VLLM, path(VLLM, NRR_AFTER_CLEAR), impl)
-    assert r.error is None and r.departs == 5, r.summary()
+    assert r.error is None and r.departs == 6, r.summary()
+    # the check of the cleared handle passes: its bytes are intact (drain, CLR)
+    assert r.steps[4].step.name == "reader_check" and r.steps[4].target.outcome == "passed"
     d = r.departure
-    assert (d.step.name, d.step.process) == ("reader_check", "r1")
-    assert (d.spec.outcome, d.target.outcome) == ("passed", "stale")
+    assert (d.step.name, d.step.process) == ("header_write", "writer")
+    assert (d.spec.outcome, d.target.outcome) == ("header written", "waits for a pin")
     assert all(s.agrees for s in r.steps[:-1]) and r.violations == []
-    assert "departs at step 5 reader_check(r1)" in r.summary()
+    assert "departs at step 6 header_write(writer)" in r.summary()
 
 
 def test_impl_follows_its_own_protocol_step_by_step(impl):
-    # two puts read by both readers with their steps interleaved, FIFO free of
-    # both (the writer pauses between the two free steps), a third put, clear
-    steps = put("k1", 0) + put("k2", 1)
+    # two puts read by both readers with their steps interleaved, one free_unused
+    # that plans both (the writer pauses at its second free_step) and applies
+    # them at its last, a third put, clear
+    steps = put("k1", 0, cfg=IMPL) + put("k2", 1, cfg=IMPL)
     g1, g2 = get(IMPL, "r1", H0), get(IMPL, "r2", H0)
     steps += [x for pair in zip(g1, g2) for x in pair]
     steps += get(IMPL, "r1", (1, 2, 1, 2)) + get(IMPL, "r2", (1, 2, 1, 2))
     steps += [Step("free_step", WRITER, (("abs", 0),)), Step("free_step", WRITER, (("abs", 1),))]
-    steps += put("k1", 2) + [Step("clear", WRITER)]
+    steps += put("k1", 2, cfg=IMPL) + [Step("clear", WRITER)]
     r = replay_on_target(IMPL, path(IMPL, steps), impl)
     assert r.departs is None and r.error is None, r.summary()
     assert len(r.steps) == len(steps) and r.violations == []
     outcomes = [s.target.outcome for s in r.steps]
     assert outcomes.count("deserialized o1") == 2 and outcomes.count("deserialized o2") == 2
-    assert "freed id 0" in outcomes and "freed id 1" in outcomes
-    assert "allocated id 0 at 0 (2 units)" in outcomes  # the third put: id 2 is 0 modulo IdMod 2
+    assert outcomes.count("pinned") == 4 and outcomes.count("counted") == 4
+    assert "plans id 0" in outcomes and "freed ids 0, 1" in outcomes
+    assert "handle h2 = (0, 0)" in outcomes  # the third put: id 2 is 0 modulo IdMod 2
 
 
-def test_a_step_into_the_lock_held_by_a_freeing_writer_departs(impl):
-    # impl's free_unused holds the reader lock while it reclaims: after the
-    # first of two free steps a reader cannot count (the spec lets it)
+def test_the_writer_waits_for_a_pin_on_a_reclaimed_chunk(impl):
+    # r1 reads h0, then reads it again; h0 is reclaimed meanwhile (every
+    # promised read was made), and the next put, which reuses h0's bytes,
+    # waits at pin_wait until r1's read is over: r1 still deserializes o1
     h1 = (1, 2, 1, 2)
-    steps = put("k1", 0) + put("k2", 1) + get(IMPL_REREAD, "r1", H0) + get(IMPL_REREAD, "r1", h1)
-    steps += [Step("free_step", WRITER, (("abs", 0),))] + get(IMPL_REREAD, "r1", h1)[:4]
-    r = replay_on_target(IMPL_REREAD, path(IMPL_REREAD, steps), impl)
-    assert r.error is None and r.departs == len(steps), r.summary()
-    assert r.departure.target.outcome.startswith("blocked:") and r.departure.spec.outcome == "counted"
+    steps = put("k1", 0, cfg=IMPL) + put("k2", 1, cfg=IMPL) + get(IMPL_REREAD, "r1", H0)
+    steps += get(IMPL_REREAD, "r1", H0)[:2] + [Step("free_step", WRITER, (("abs", 0),))]
+    steps += put("k1", 2, cfg=IMPL)[:1] + get(IMPL_REREAD, "r1", H0)[2:] + [Step("pin_wait", WRITER)]
+    steps += put("k1", 2, cfg=IMPL)[1:] + get(IMPL_REREAD, "r1", h1)
+    b = path(IMPL_REREAD, steps)
+    r = replay_on_target(IMPL_REREAD, b, impl)
+    assert r.error is None and r.departs is None, r.summary()
+    outcomes = [(s.step.name, s.target.outcome) for s in r.steps]
+    assert ("free_step", "freed id 0") in outcomes and ("pin_scan", "waits for a pin") in outcomes
+    assert ("pin_wait", "proceeds") in outcomes and ("publish", "handle h2 = (5, 0)") in outcomes
+    i = outcomes.index(("pin_scan", "waits for a pin"))
+    assert outcomes[i + 1] == ("deserialize", "deserialized o1") and r.violations == []
 
 
 def test_a_wrong_expectation_is_a_departure(impl):
-    b = path(IMPL, put("k1", 0) + get(IMPL, "r1", H0))
-    b.expect[8] = Observation("deserialized o2", b.expect[8].ring)
+    b = path(IMPL, put("k1", 0, cfg=IMPL) + get(IMPL, "r1", H0))
+    assert b.steps[7].name == "deserialize"
+    b.expect[7] = Observation("deserialized o2", b.expect[7].ring)
     r = replay_on_target(IMPL, b, impl)
-    assert r.departs == 8 and r.departure.target.outcome == "deserialized o1"
+    assert r.departs == 7 and r.departure.target.outcome == "deserialized o1"
 
 
 # ------------------------------------------------------------- on vLLM
@@ -200,9 +220,10 @@ def test_model_target_flag_reports_who_departs_first(tmp_path):
         assert {"property", "message", "steps", "model_departs", "concurrency"} <= set(c)  # unchanged keys
         assert c["target"] == "impl" and c["model_departs"] is None
         assert c["departs_first"] == "target"
+        # impl drains the cleared handle, and its writer waits for the reader's pin
         step = c["steps"][c["target_departs"]]
-        assert step["action"] == "reader_check"
-        assert c["target_replay"]["steps"][-1]["target"].startswith("stale")
+        assert step["action"] == "header_write"
+        assert c["target_replay"]["steps"][-1]["target"].startswith("waits for a pin")
 
 
 def test_model_with_an_unloadable_target_is_a_usage_error(tmp_path, capsys):

@@ -30,18 +30,49 @@ def outcomes():
 
 @java
 def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcomes):
-    assert set(outcomes) == {"MC_impl.cfg", "MC_impl_reread.cfg", "MC_vllm.cfg", "MC_vllm_old.cfg",
-                             "MC_vllm_reread.cfg"}
+    assert set(outcomes) == {"MC_impl.cfg", "MC_impl_reread.cfg", "MC_impl_nofence.cfg", "MC_impl_noscan.cfg",
+                             "MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"}
     for name, o in outcomes.items():
         assert o.ok, (name, o.check.holds.status, o.check.holds.invariant, o.agreement)
         a = o.agreement
         # the same set of abstract states, so the same counts, and the same BFS depth
         assert a.ok and a.tlc_distinct == a.model_distinct > 1000
         assert a.tlc_depth == a.model_depth and a.tlc_generated == a.model_generated
+        # the model finds violated exactly what the config expects TLC to find violated
+        assert a.model_violated == sorted(o.check.expected), name
     assert outcomes["MC_impl.cfg"].agreement.model_violated == []
     assert outcomes["MC_impl_reread.cfg"].agreement.model_violated == []
+    for name in ("MC_impl_nofence.cfg", "MC_impl_noscan.cfg"):
+        assert outcomes[name].agreement.model_violated == ["CLR", "NRR", "PROM", "RC"]
     for name in ("MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"):
         assert outcomes[name].agreement.model_violated == ["CLR", "NRR", "RC"]
+    # the vLLM protocol's state space is the one it had before impl's protocol
+    # changed (the new variables stay at their initial values under it)
+    assert {n: (o.check.holds.distinct, o.check.holds.generated) for n, o in outcomes.items() if "vllm" in n} == {
+        "MC_vllm.cfg": (42842, 136944), "MC_vllm_old.cfg": (49812, 158753), "MC_vllm_reread.cfg": (7713, 19547)}
+
+
+@java
+def test_impl_faults_break_nrr_where_the_pin_protocol_says(outcomes):
+    """The must-fail configs: without the reader's fence, or without the
+    writer's pin scan, a drain read deserializes the next object put into its
+    slot, and a late ack lands on the allocation that took its word over."""
+    for name in ("MC_impl_nofence.cfg", "MC_impl_noscan.cfg"):
+        o = outcomes[name]
+        cex = {v.property: (v, r) for v, r in o.counterexamples}
+        assert set(cex) == {"NRR", "CLR", "RC", "PROM"} and all(r.model_departs is None for _, r in cex.values())
+        v, _ = cex["NRR"]
+        actions = [(s["action"], s["process"]) for s in v.steps[1:]]
+        assert ("clear", "writer") in actions and actions[-1] == ("deserialize", "r1")
+        assert "deserialized o2 for handle h1(0,0), which holds o1" in v.message
+        # the reader validated its pin before the writer's scan could see it
+        # (no fence), or the writer never looked (no scan): no pin_wait
+        assert ("pin_wait", "writer") not in actions
+        i_pin, i_check = actions.index(("pin", "r1")), actions.index(("reader_check", "r1"))
+        i_scan = max(i for i, a in enumerate(actions) if a == ("pin_scan", "writer"))
+        assert i_pin < i_scan and (i_check > i_scan if "nofence" in name else i_check < i_scan)
+        assert "an ack landed on another allocation" in cex["RC"][0].message
+        assert "never started one" in cex["PROM"][0].message
 
 
 @java
@@ -72,9 +103,13 @@ def test_a_model_that_departs_is_named(outcomes):
     _, res = next((inv, r) for inv, r in o.check.found.items() if inv == "NRR")
     hardened = atomic.Config(**{**model_config(o.config).__dict__, "hardened": True})
     replay = replay_trace(hardened, res.trace)
-    # the hardened reader's check of a cleared handle fails, so it never reaches payload_read
-    assert replay.model_departs is not None and res.trace[replay.model_departs].action in ("reader_check",
-                                                                                             "payload_read")
+    # impl's put starts with its pin scan: vLLM's header_write (the allocation) is not its first step
+    assert replay.model_departs == 1 and res.trace[1].action == "header_write"
+    # and with the fence taken away, impl's own NRR trace is one the fenced model cannot follow
+    o = outcomes["MC_impl_nofence.cfg"]
+    fenced = atomic.Config(**{**model_config(o.config).__dict__, "fenced": True})
+    replay = replay_trace(fenced, o.check.found["NRR"].trace)
+    assert replay.model_departs is not None
 
 
 @java
@@ -117,30 +152,42 @@ def test_parse_output_reads_counts_and_trace():
     out = ("Error: Invariant NRR is violated.\nError: The behavior up to this point is:\n"
            "State 1: <Initial predicate>\n/\\ x = 0\n/\\ y = ( 0 :> 1 @@\n  1 :> 2 )\n\n"
            "State 2: <publish line 70, col 5 to line 76, col 62 of module ShmStore>\n/\\ x = 1\n/\\ y = 0\n\n"
-           "State 3: <Recheck line 80, col 5 to line 81, col 62 of module ShmStore>\n/\\ x = 2\n/\\ y = 0\n\n"
+           "State 3: <PinnedCheck line 80, col 5 to line 81, col 62 of module ShmStore>\n/\\ x = 2\n/\\ y = 0\n\n"
            "150 states generated, 81 distinct states found, 47 states left on queue.\n"
            "The depth of the complete state graph search is 7.\n")
     r = parse_output("MC.cfg", 12, out, 1.0)
     assert (r.status, r.invariant, r.generated, r.distinct, r.depth) == ("violation", "NRR", 150, 81, 7)
-    # TLC labels a step by its innermost named action; Recheck is the spec's reader_check
+    # TLC labels a step by its innermost named action; PinnedCheck is the spec's reader_check
     assert [(s.index, s.action) for s in r.trace] == [(1, "Initial"), (2, "publish"), (3, "reader_check")]
     assert r.trace[0].variables == {"x": "0", "y": "( 0 :> 1 @@ 1 :> 2 )"}
+
+
+def _actions(cfg: atomic.Config) -> set[str]:
+    """The step names a model config reaches."""
+    actions, frontier, seen = set(), [atomic.initial(cfg)], set()
+    while frontier:
+        s = frontier.pop()
+        for step, t in atomic.successors(cfg, s):
+            actions.add(step.name)
+            if t not in seen:
+                seen.add(t)
+                frontier.append(t)
+    return actions
 
 
 def test_spec_actions_model_steps_and_impl_yield_points_are_one_set():
     src = (default_tla_dir() / "ShmStore.tla").read_text()
     nxt = src[src.index("Next =="):src.index("Spec ==")]
     spec_actions = set(re.findall(r"\b([a-z_]+)\s*(?:\(\w+(?:, \w+)*\))?\s*(?:\\/|$)", nxt, re.M))
-    cfg = atomic.Config(("r1",), 5, (2,), ("k1",), 3, 2, 2, True, False, False)
-    model_actions, frontier, seen = set(), [atomic.initial(cfg)], set()
-    while frontier:
-        s = frontier.pop()
-        for step, t in atomic.successors(cfg, s):
-            model_actions.add(step.name)
-            if t not in seen:
-                seen.add(t)
-                frontier.append(t)
-    assert spec_actions == model_actions == set(ATOMIC_STEPS) - set(LOCK_STEPS)
+    hardened = _actions(atomic.Config(("r1",), 5, (2,), ("k1",), 3, 2, 2, True, False, False))
+    vllm = _actions(atomic.Config(("r1",), 5, (2,), ("k1",), 3, 2, 2, False, False, False))
+    # impl's protocol takes every step but vLLM's in-place payload_read; vLLM's
+    # none of impl's pin steps; together they are the vocabulary
+    assert hardened == set(ATOMIC_STEPS) - set(LOCK_STEPS) - {"payload_read"}
+    assert vllm == {"reader_check", "payload_read", "counter_increment", "header_write", "payload_write", "publish",
+                    "free_step", "clear"}
+    assert spec_actions == hardened | vllm == set(ATOMIC_STEPS) - set(LOCK_STEPS)
+    # impl's yield points: its read and write steps, payload_read only for a serde that keeps its buffer
     assert set(yieldpoints.READ_POINTS) | set(yieldpoints.WRITE_POINTS) == spec_actions
 
 

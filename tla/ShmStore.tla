@@ -4,7 +4,9 @@
 (* shared-memory object store (SEMANTICS.md), one action per atomic step. *)
 (* Action names are the model's atomic steps (shmspec/model/steps.py), and *)
 (* shmspec/model/atomic.py is the same transition system in Python: `shmspec *)
-(* model` enumerates both and compares their state sets.                    *)
+(* model` enumerates both and compares their state sets.  Steps are        *)
+(* sequentially consistent: a fence is what makes a real store's steps     *)
+(* behave so, and the constant Fenced takes the reader's fence away.       *)
 (*                                                                         *)
 (* Units: one unit is 8 bytes, the size of a chunk header, so a chunk of   *)
 (* size n (header included) holds n - 1 units of payload.  Addresses are   *)
@@ -21,15 +23,37 @@
 (*   Hardened = FALSE  vLLM 0.11-0.33: reader_check compares the handle's  *)
 (*     id with the header in shared memory; payload_read deserializes the  *)
 (*     bytes in place; counter_increment (under the lock) adds one to      *)
-(*     whatever reader_count now sits at the handle's address.             *)
-(*   Hardened = TRUE   impl/: reader_check against the published window    *)
-(*     [pubStart, pubEnd) of absolute allocation counters; payload_read    *)
-(*     copies the bytes out; reader_check again; counter_increment checks  *)
-(*     the window again under the lock (which the writer holds while it    *)
-(*     frees or clears: the reclaim fence); deserialize the private copy.  *)
+(*     whatever reader_count now sits at the handle's address.  The        *)
+(*     writer's put is header_write (allocation and header),              *)
+(*     payload_write, publish.                                             *)
+(*   Hardened = TRUE   impl/, segment v2 (docs/impl-protocol.md): a get is *)
+(*     pin (the reader publishes its hazard pin on the handle's allocation *)
+(*     and fences), reader_check (live in [pubStart, pubEnd), or a chunk of *)
+(*     the latest clear's drain window [drainLo, drainHi) whose bytes no   *)
+(*     allocation since reached: address % B >= drainHw; and the header's  *)
+(*     id), deserialize (in place, under the pin), counter_increment (the  *)
+(*     reader's own ack of a chunk that was live at the check); the pin is *)
+(*     released by the get's last step.  A put is pin_scan (plan the       *)
+(*     allocation, publish what it kills: drainHw, drainLo; fence; read    *)
+(*     the pins), pin_wait (the writer is blocked while a pin it found     *)
+(*     names a chunk that is no longer live), header_write, payload_write, *)
+(*     publish (the chunk joins the ring; pubEnd).  A chunk is free when   *)
+(*     every reader acknowledged it (one promise per put).  clear opens    *)
+(*     the drain window [pubStart, pubEnd) with drainHw = 0 and publishes  *)
+(*     pubStart = pubEnd.                                                  *)
 (* ReadOnce:    clients keep the read-once protocol (each reader reads a   *)
 (*              handle at most once).                                      *)
 (* ClearResets: clear() resets ids to 0 (vLLM < 0.32).                     *)
+(* MaxChunks:   impl's K: at most K chunks are live, allocation k          *)
+(*              acknowledges in ack word k % K of each reader, re-based    *)
+(*              when a later allocation takes the word over, and a drain   *)
+(*              chunk K allocations old is dropped (Hardened only).        *)
+(* Fenced:      impl's reader fences between its pin and its check.        *)
+(*              FALSE models the missing fence: the check's loads of the   *)
+(*              control block are served before the pin store is visible  *)
+(*              (x86-64 lets loads pass an earlier store): the pin step    *)
+(*              takes the verdict, the pin shows only at the check.        *)
+(* ScanPins:    impl's writer scans the pins and waits (FALSE: it does not). *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -41,7 +65,10 @@ CONSTANTS
     IdMod,        \* ids are modulo IdMod
     MaxPuts,      \* bound on allocations (state constraint)
     MaxReads,     \* bound on gets per reader and handle
-    Hardened, ReadOnce, ClearResets
+    Hardened, ReadOnce, ClearResets,
+    MaxChunks,    \* impl's live-chunk bound K (Hardened)
+    Fenced,       \* impl's reader fence (Hardened)
+    ScanPins      \* impl's writer pin scan (Hardened)
 
 NoObj   == 0      \* nothing deserialized (yet)
 Garbage == -1     \* bytes of more than one object
@@ -52,23 +79,31 @@ VARIABLES
     idEnd,        \* id the next chunk gets
     chunks,       \* live chunks, oldest first: [abs, addr, size, id, key]
     mem,          \* physical unit -> [id, size, cnt, obj]
-    wpc,          \* the writer inside put: "idle" | "header" | "payload"
+    wpc,          \* the writer: "idle" | "wait" | "ready" | "header" | "payload" | "freeing"
     pubStart,     \* published window of absolute allocation counters
     pubEnd,       \*   (impl's control block; readers of vLLM ignore it)
     puts,         \* allocations so far (absolute counter)
     issued,       \* handles handed to clients: [abs, addr, id, obj]
     clearAt,      \* history: allocations before the last clear (CLR)
-    pc,           \* reader -> "idle" | "checked" | "read" | "copied" | "rechecked" | "counted"
+    pend,         \* Hardened: <<the chunk being put>> from pin_scan to publish, else <<>>
+    wwait,        \* Hardened: readers whose pin on a chunk no longer live the writer waits for
+    planned,      \* Hardened: chunks the running free_unused planned to reclaim
+    drainLo, drainHi, drainHw,  \* Hardened: the drain window of the latest clear
+    pc,           \* reader -> "idle" | "pinned" | "checked" | "read"
     hd,           \* reader -> the handle of its current get
     hsz,          \* reader -> the chunk size it read from the header
-    copy,         \* reader -> what its payload_read copied (Hardened)
     got,          \* reader -> what its current get deserialized
     floor,        \* reader -> clearAt when its current get started (CLR)
-    starts        \* reader -> abs -> gets started (history, for RC)
+    starts,       \* reader -> abs -> gets started (history, for RC)
+    pins,         \* Hardened: reader -> 0, or 1 + the allocation its pin names, as the writer sees it
+    verdict,      \* Hardened: reader -> what its check of the control block found:
+                  \*   "none" | "live" | "drain" | "stale"
+    acks          \* Hardened: reader -> abs -> reads acknowledged for that allocation
 
-writerVars == <<start, end, idStart, idEnd, chunks, wpc, pubStart, pubEnd, puts, issued, clearAt>>
-readerVars == <<pc, hd, hsz, copy, got, floor, starts>>
-vars == <<writerVars, mem, readerVars>>
+writerVars == <<start, end, idStart, idEnd, chunks, wpc, pubStart, pubEnd, puts, issued, clearAt,
+                pend, drainLo, drainHi, drainHw, planned>>
+readerVars == <<pc, hd, hsz, got, floor, starts, pins, verdict, acks>>
+vars == <<writerVars, mem, wwait, readerVars>>
 
 NReaders == Cardinality(Readers)
 Abs == 0..(MaxPuts - 1)
@@ -77,7 +112,9 @@ Units == 0..(RingUnits - 1)
 Objs == {Garbage, NoObj} \cup 1..MaxPuts
 NoHandle == [abs |-> 0, addr |-> 0, id |-> 0, obj |-> NoObj]
 Handle == [abs : Abs, addr : 0..(2 * RingUnits), id : Ids, obj : 1..MaxPuts]
+Chunk == [abs : Abs, addr : 0..(2 * RingUnits), size : Sizes, id : Ids, key : Keys]
 Cell == [id : Ids, size : 0..RingUnits, cnt : 0..(NReaders * MaxReads * MaxPuts), obj : {NoObj} \cup 1..MaxPuts]
+Max(a, b) == IF a >= b THEN a ELSE b
 
 RECURSIVE SumOver(_, _)
 SumOver(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE y \in S : TRUE IN f[x] + SumOver(f, S \ {x})
@@ -85,152 +122,277 @@ SumOver(f, S) == IF S = {} THEN 0 ELSE LET x == CHOOSE y \in S : TRUE IN f[x] + 
 TypeOK ==
     /\ start \in 0..RingUnits /\ end \in 0..(2 * RingUnits) /\ start <= end
     /\ idStart \in Ids /\ idEnd \in Ids /\ puts \in 0..MaxPuts /\ clearAt \in 0..MaxPuts
-    /\ \A i \in DOMAIN chunks : chunks[i] \in [abs : Abs, addr : 0..(2 * RingUnits), size : Sizes, id : Ids, key : Keys]
+    /\ \A i \in DOMAIN chunks : chunks[i] \in Chunk
     /\ mem \in [Units -> Cell]
-    /\ wpc \in {"idle", "header", "payload"}
+    /\ wpc \in {"idle", "wait", "ready", "header", "payload", "freeing"} /\ planned \in 0..MaxPuts
     /\ pubStart \in 0..MaxPuts /\ pubEnd \in 0..MaxPuts /\ issued \subseteq Handle
-    /\ pc \in [Readers -> {"idle", "checked", "read", "copied", "rechecked", "counted"}]
+    /\ pend \in Seq(Chunk) /\ Len(pend) <= 1 /\ wwait \subseteq Readers
+    /\ drainLo \in 0..MaxPuts /\ drainHi \in 0..MaxPuts /\ drainHw \in 0..RingUnits
+    /\ pc \in [Readers -> {"idle", "pinned", "checked", "read"}]
     /\ hd \in [Readers -> Handle \cup {NoHandle}] /\ hsz \in [Readers -> 0..RingUnits]
-    /\ copy \in [Readers -> Objs] /\ got \in [Readers -> Objs] /\ floor \in [Readers -> 0..MaxPuts]
+    /\ got \in [Readers -> Objs] /\ floor \in [Readers -> 0..MaxPuts]
     /\ starts \in [Readers -> [Abs -> 0..MaxReads]]
+    /\ pins \in [Readers -> 0..MaxPuts] /\ verdict \in [Readers -> {"none", "live", "drain", "stale"}]
+    /\ acks \in [Readers -> [Abs -> 0..(MaxReads * MaxPuts)]]
 
 Init ==
     /\ start = 0 /\ end = 0 /\ idStart = 0 /\ idEnd = 0 /\ chunks = <<>>
     /\ mem = [u \in Units |-> [id |-> 0, size |-> 0, cnt |-> 0, obj |-> NoObj]]
     /\ wpc = "idle" /\ pubStart = 0 /\ pubEnd = 0 /\ puts = 0 /\ issued = {} /\ clearAt = 0
+    /\ pend = <<>> /\ wwait = {} /\ drainLo = 0 /\ drainHi = 0 /\ drainHw = 0 /\ planned = 0
     /\ pc = [r \in Readers |-> "idle"] /\ hd = [r \in Readers |-> NoHandle]
-    /\ hsz = [r \in Readers |-> 0] /\ copy = [r \in Readers |-> NoObj]
-    /\ got = [r \in Readers |-> NoObj] /\ floor = [r \in Readers |-> 0]
+    /\ hsz = [r \in Readers |-> 0] /\ got = [r \in Readers |-> NoObj] /\ floor = [r \in Readers |-> 0]
     /\ starts = [r \in Readers |-> [a \in Abs |-> 0]]
+    /\ pins = [r \in Readers |-> 0] /\ verdict = [r \in Readers |-> "none"]
+    /\ acks = [r \in Readers |-> [a \in Abs |-> 0]]
 
 Phys(a) == a % RingUnits
 LiveKeys == {chunks[i].key : i \in DOMAIN chunks}
 Last == chunks[Len(chunks)]
+\* the chunk being put: vLLM's joins the ring at header_write, impl's at publish
+Cur == IF Hardened THEN pend[1] ELSE Last
 
 (* ---------------------------------------------------------- the writer *)
 \* where n units go (model/ring.py plan_allocation): jump to the next
 \* multiple of RingUnits when the chunk would not sit contiguously at the tail
 Place(n) == IF (end % RingUnits) + n > RingUnits THEN (end \div RingUnits + 1) * RingUnits ELSE end
-
-\* put, step 1: allocate n units for key k (DUP: not a live key; OOM: room
-\* after the jump) and write the chunk's [id][chunk_size] header
-header_write(k, n) ==
+\* a put of n units for key k may start (DUP: not a live key; OOM: room after
+\* the jump; impl: fewer than MaxChunks chunks live)
+CanPut(k, n) ==
     /\ wpc = "idle" /\ puts < MaxPuts
     /\ k \notin LiveKeys
     /\ Place(n) + n - start <= RingUnits
-    /\ LET a == Place(n) IN
-       /\ chunks' = Append(chunks, [abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k])
-       /\ mem' = [mem EXCEPT ![Phys(a)].id = idEnd, ![Phys(a)].size = n]
-       /\ end' = a + n
-    /\ idEnd' = (idEnd + 1) % IdMod
-    /\ puts' = puts + 1 /\ wpc' = "header"
-    /\ UNCHANGED <<start, idStart, pubStart, pubEnd, issued, clearAt, readerVars>>
+    /\ Hardened => Len(chunks) < MaxChunks
 
-\* put, step 2: [reader_count = 0][metadata][data]
+\* Hardened, put step 1: plan the allocation; publish what it kills (the
+\* bytes below its end, in the drain window while one is open; once every
+\* byte is reached the window closes); fence; read the pins: the writer
+\* waits for every pin on a chunk that is no longer live (reclaimed, or a
+\* drain read).  A drain read is never acknowledged, so a drain chunk needs
+\* no protection of its ack word.
+pin_scan(k, n) ==
+    /\ Hardened /\ CanPut(k, n)
+    /\ LET a == Place(n)
+       IN /\ pend' = <<[abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k]>>
+          /\ IF drainLo < drainHi
+             THEN IF Phys(a) + n >= RingUnits THEN drainLo' = drainHi /\ drainHw' = 0
+                  ELSE drainLo' = drainLo /\ drainHw' = Max(drainHw, Phys(a) + n)
+             ELSE UNCHANGED <<drainLo, drainHw>>
+    /\ wwait' = IF ScanPins THEN {r \in Readers : pins[r] # 0 /\ pins[r] - 1 < pubStart} ELSE {}
+    /\ wpc' = IF wwait' = {} THEN "ready" ELSE "wait"
+    /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, drainHi,
+                   mem, readerVars>>
+
+\* Hardened: the writer proceeds once every pin it waits for has changed
+\* (a reader's next pin carries a new sequence number, so any store does)
+pin_wait ==
+    /\ Hardened /\ wpc = "wait" /\ wwait = {}
+    /\ wpc' = "ready"
+    /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, pend,
+                   drainLo, drainHi, drainHw, mem, wwait, readerVars>>
+
+\* put, the chunk's [id][chunk_size] header: vLLM allocates here (DUP, OOM,
+\* the wrap jump); impl writes the header of the allocation pin_scan planned
+header_write(k, n) ==
+    IF Hardened
+    THEN /\ wpc = "ready" /\ k = pend[1].key /\ n = pend[1].size
+         /\ mem' = [mem EXCEPT ![Phys(pend[1].addr)].id = pend[1].id, ![Phys(pend[1].addr)].size = n]
+         /\ wpc' = "header"
+         /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, pend,
+                        drainLo, drainHi, drainHw, wwait, readerVars>>
+    ELSE /\ CanPut(k, n)
+         /\ LET a == Place(n) IN
+            /\ chunks' = Append(chunks, [abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k])
+            /\ mem' = [mem EXCEPT ![Phys(a)].id = idEnd, ![Phys(a)].size = n]
+            /\ end' = a + n
+         /\ idEnd' = (idEnd + 1) % IdMod
+         /\ puts' = puts + 1 /\ wpc' = "header"
+         /\ UNCHANGED <<planned, start, idStart, pubStart, pubEnd, issued, clearAt, pend, drainLo, drainHi, drainHw,
+                        wwait, readerVars>>
+
+\* put: [reader_count = 0][metadata][data]
 payload_write ==
     /\ wpc = "header"
-    /\ LET p == Phys(Last.addr) IN
+    /\ LET p == Phys(Cur.addr) IN
        mem' = [u \in Units |->
                  IF u = p THEN [mem[u] EXCEPT !.cnt = 0]
-                 ELSE IF p < u /\ u < p + Last.size THEN [mem[u] EXCEPT !.obj = Last.abs + 1]
+                 ELSE IF p < u /\ u < p + Cur.size THEN [mem[u] EXCEPT !.obj = Cur.abs + 1]
                  ELSE mem[u]]
     /\ wpc' = "payload"
-    /\ UNCHANGED <<start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, readerVars>>
+    /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, pend,
+                   drainLo, drainHi, drainHw, wwait, readerVars>>
 
-\* put, step 3: the handle is returned (and, in impl, the window published)
+\* put, last step: the handle is returned and the window published (impl:
+\* the chunk joins the writer's ring and abs_end is published)
 publish ==
     /\ wpc = "payload"
-    /\ issued' = issued \cup {[abs |-> Last.abs, addr |-> Last.addr, id |-> Last.id, obj |-> Last.abs + 1]}
-    /\ pubEnd' = Last.abs + 1
+    /\ issued' = issued \cup {[abs |-> Cur.abs, addr |-> Cur.addr, id |-> Cur.id, obj |-> Cur.abs + 1]}
+    /\ pubEnd' = Cur.abs + 1
     /\ wpc' = "idle"
-    /\ UNCHANGED <<start, end, idStart, idEnd, chunks, pubStart, puts, clearAt, mem, readerVars>>
+    /\ IF Hardened
+       THEN /\ chunks' = Append(chunks, pend[1]) /\ end' = pend[1].addr + pend[1].size
+            /\ idEnd' = (idEnd + 1) % IdMod /\ puts' = puts + 1 /\ pend' = <<>>
+       ELSE UNCHANGED <<chunks, end, idEnd, puts, pend>>
+    /\ UNCHANGED <<planned, start, idStart, pubStart, clearAt, drainLo, drainHi, drainHw, mem, wwait, readerVars>>
 
-\* one iteration of the FIFO free loop (model/ring.py free): the oldest chunk
-\* goes once every reader counted it (RC: reader_count >= writer_count * n_readers)
+\* the reads of live chunk i are complete (RC: vLLM's reader_count >=
+\* writer_count * n_readers; impl: every reader's ack >= writer_count; the
+\* spec makes one promise per put)
+Reclaimable(i) ==
+    IF Hardened THEN \A r \in Readers : acks[r][chunks[i].abs] >= 1
+    ELSE mem[Phys(chunks[i].addr)].cnt >= NReaders
+
+\* FIFO free (model/ring.py free).  vLLM: one iteration of the free loop, the
+\* oldest chunk goes once its reads are complete.  impl: free_unused plans
+\* the chunks it reclaims, oldest first, one free_step each while the next
+\* is reclaimable when the loop gets there, and its last free_step applies
+\* them all (the writer's ring, then abs_start published); planned counts
+\* those planned before
 free_step ==
-    /\ wpc = "idle" /\ chunks # <<>>
-    /\ Head(chunks).id = idStart
-    /\ mem[Phys(Head(chunks).addr)].cnt >= NReaders
-    /\ chunks' = Tail(chunks)
-    /\ idStart' = (idStart + 1) % IdMod
-    /\ LET rest == Tail(chunks)
-           s1 == start + ((Head(rest).addr - start) % RingUnits)
-       IN IF rest # <<>> /\ Head(rest).id = (idStart + 1) % IdMod
-          THEN IF s1 >= RingUnits
-               THEN start' = s1 - RingUnits /\ end' = end - RingUnits
-               ELSE start' = s1 /\ end' = end
-          ELSE start' = 0 /\ end' = 0
-    /\ pubStart' = Head(chunks).abs + 1
-    /\ UNCHANGED <<idEnd, wpc, pubEnd, puts, issued, clearAt, mem, readerVars>>
+    IF Hardened
+    THEN /\ \/ wpc = "idle" /\ chunks # <<>> /\ Reclaimable(1)
+            \/ wpc = "freeing"
+         /\ LET n == planned + 1 IN
+            IF n < Len(chunks) /\ Reclaimable(n + 1)
+            THEN /\ planned' = n /\ wpc' = "freeing"
+                 /\ UNCHANGED <<start, end, idStart, chunks, pubStart>>
+            ELSE /\ planned' = 0 /\ wpc' = "idle"
+                 /\ chunks' = SubSeq(chunks, n + 1, Len(chunks))
+                 /\ idStart' = (idStart + n) % IdMod
+                 /\ pubStart' = chunks[n].abs + 1
+                 /\ IF n < Len(chunks)
+                    THEN LET s1 == start + ((chunks[n + 1].addr - start) % RingUnits) IN
+                         IF s1 >= RingUnits
+                         THEN start' = s1 - RingUnits /\ end' = end - RingUnits
+                         ELSE start' = s1 /\ end' = end
+                    ELSE start' = 0 /\ end' = 0
+         /\ UNCHANGED <<idEnd, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait,
+                        readerVars>>
+    ELSE /\ wpc = "idle" /\ chunks # <<>>
+         /\ Head(chunks).id = idStart
+         /\ Reclaimable(1)
+         /\ chunks' = Tail(chunks)
+         /\ idStart' = (idStart + 1) % IdMod
+         /\ LET rest == Tail(chunks)
+                s1 == start + ((Head(rest).addr - start) % RingUnits)
+            IN IF rest # <<>> /\ Head(rest).id = (idStart + 1) % IdMod
+               THEN IF s1 >= RingUnits
+                    THEN start' = s1 - RingUnits /\ end' = end - RingUnits
+                    ELSE start' = s1 /\ end' = end
+               ELSE start' = 0 /\ end' = 0
+         /\ pubStart' = Head(chunks).abs + 1
+         /\ UNCHANGED <<idEnd, wpc, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait,
+                        planned, readerVars>>
 
-\* drop every chunk; ids reset to 0 before vLLM 0.32, kept after
+\* drop every chunk; ids reset to 0 before vLLM 0.32, kept after; impl opens
+\* the drain window of the dropped chunks
 clear ==
     /\ wpc = "idle"
     /\ chunks' = <<>> /\ start' = 0 /\ end' = 0
     /\ IF ClearResets THEN idStart' = 0 /\ idEnd' = 0 ELSE idStart' = idEnd /\ UNCHANGED idEnd
     /\ pubStart' = puts /\ clearAt' = puts
-    /\ UNCHANGED <<wpc, pubEnd, puts, issued, mem, readerVars>>
+    /\ IF Hardened THEN drainLo' = pubStart /\ drainHi' = puts /\ drainHw' = 0
+       ELSE UNCHANGED <<drainLo, drainHi, drainHw>>
+    /\ UNCHANGED <<planned, wpc, pubEnd, puts, issued, pend, mem, wwait, readerVars>>
 
 (* --------------------------------------------------------- the readers *)
 InWindow(h) == pubStart <= h.abs /\ h.abs < pubEnd
+\* impl: what the control block says of h's allocation
+Ctl(h) == IF InWindow(h) THEN "live"
+          ELSE IF drainLo <= h.abs /\ h.abs < drainHi /\ Phys(h.addr) >= drainHw THEN "drain"
+          ELSE "stale"
 \* what a reader deserializes from the n - 1 payload cells after address a
 ReadAt(a, n) ==
     LET tags == {mem[u].obj : u \in {v \in (Phys(a) + 1)..(Phys(a) + n - 1) : v < RingUnits}}
     IN IF Cardinality(tags) = 1 THEN CHOOSE t \in tags : TRUE ELSE Garbage
+CanGet(r, h) == pc[r] = "idle" /\ starts[r][h.abs] < (IF ReadOnce THEN 1 ELSE MaxReads)
 
-\* the first reader_check, of handle h: a get starts
+\* vLLM: a get of handle h starts with the id check against the header
 FirstCheck(r, h) ==
-    /\ pc[r] = "idle"
-    /\ starts[r][h.abs] < (IF ReadOnce THEN 1 ELSE MaxReads)
+    /\ ~Hardened /\ CanGet(r, h)
     /\ starts' = [starts EXCEPT ![r][h.abs] = @ + 1]
     /\ hd' = [hd EXCEPT ![r] = h] /\ floor' = [floor EXCEPT ![r] = clearAt]
-    /\ got' = [got EXCEPT ![r] = NoObj] /\ copy' = [copy EXCEPT ![r] = NoObj]
+    /\ got' = [got EXCEPT ![r] = NoObj]
     /\ hsz' = [hsz EXCEPT ![r] = mem[Phys(h.addr)].size]
-    /\ pc' = [pc EXCEPT ![r] = IF (IF Hardened THEN InWindow(h) ELSE mem[Phys(h.addr)].id = h.id)
-                                THEN "checked" ELSE "idle"]
-    /\ UNCHANGED <<writerVars, mem>>
+    /\ pc' = [pc EXCEPT ![r] = IF mem[Phys(h.addr)].id = h.id THEN "checked" ELSE "idle"]
+    /\ UNCHANGED <<writerVars, mem, wwait, pins, verdict, acks>>
 
-\* the second reader_check, after the copy (Hardened)
-Recheck(r) ==
-    /\ pc[r] = "copied"
-    /\ pc' = [pc EXCEPT ![r] = IF InWindow(hd[r]) THEN "rechecked" ELSE "idle"]
-    /\ UNCHANGED <<writerVars, mem, hd, hsz, copy, got, floor, starts>>
+\* impl: check the pinned allocation against the control block (live, or an
+\* intact drain chunk), then the header's id; a failed check unpins
+PinnedCheck(r) ==
+    /\ Hardened /\ pc[r] = "pinned"
+    /\ LET h == hd[r]
+           v == IF Fenced THEN Ctl(h) ELSE verdict[r]
+           ok == v # "stale" /\ mem[Phys(h.addr)].id = h.id
+       IN /\ pc' = [pc EXCEPT ![r] = IF ok THEN "checked" ELSE "idle"]
+          /\ verdict' = [verdict EXCEPT ![r] = IF ok THEN v ELSE "none"]
+          /\ pins' = [pins EXCEPT ![r] = IF ok THEN h.abs + 1 ELSE 0]
+          /\ wwait' = IF ok THEN wwait ELSE wwait \ {r}
+          /\ hsz' = [hsz EXCEPT ![r] = IF ok THEN mem[Phys(h.addr)].size ELSE 0]
+    /\ UNCHANGED <<writerVars, mem, hd, got, floor, starts, acks>>
 
-reader_check(r) == (\E h \in issued : FirstCheck(r, h)) \/ Recheck(r)
+reader_check(r) == (\E h \in issued : FirstCheck(r, h)) \/ PinnedCheck(r)
 
-\* Hardened: copy the payload out; vLLM: deserialize it in place
+\* impl: a get of handle h starts: the reader publishes its hazard pin on
+\* h's allocation and fences (without the fence, its check's loads of the
+\* control block are served now and the pin becomes visible at the check)
+pin(r) ==
+    /\ Hardened
+    /\ \E h \in issued :
+         /\ CanGet(r, h)
+         /\ starts' = [starts EXCEPT ![r][h.abs] = @ + 1]
+         /\ hd' = [hd EXCEPT ![r] = h] /\ floor' = [floor EXCEPT ![r] = clearAt]
+         /\ IF Fenced THEN pins' = [pins EXCEPT ![r] = h.abs + 1] /\ UNCHANGED verdict
+            ELSE verdict' = [verdict EXCEPT ![r] = Ctl(h)] /\ UNCHANGED pins
+    /\ got' = [got EXCEPT ![r] = NoObj]
+    /\ pc' = [pc EXCEPT ![r] = "pinned"]
+    /\ UNCHANGED <<writerVars, mem, wwait, hsz, acks>>
+
+\* vLLM: deserialize the payload in place
 payload_read(r) ==
-    /\ pc[r] = "checked"
-    /\ IF Hardened
-       THEN /\ copy' = [copy EXCEPT ![r] = ReadAt(hd[r].addr, hsz[r])] /\ UNCHANGED got
-            /\ pc' = [pc EXCEPT ![r] = "copied"]
-       ELSE /\ got' = [got EXCEPT ![r] = ReadAt(hd[r].addr, hsz[r])] /\ UNCHANGED copy
-            /\ pc' = [pc EXCEPT ![r] = "read"]
-    /\ UNCHANGED <<writerVars, mem, hd, hsz, floor, starts>>
+    /\ ~Hardened /\ pc[r] = "checked"
+    /\ got' = [got EXCEPT ![r] = ReadAt(hd[r].addr, hsz[r])]
+    /\ pc' = [pc EXCEPT ![r] = "read"]
+    /\ UNCHANGED <<writerVars, mem, wwait, hd, hsz, floor, starts, pins, verdict, acks>>
 
-\* under the reader lock: vLLM counts at the handle's address whatever sits
-\* there; Hardened counts only a chunk still in the window
-counter_increment(r) ==
-    /\ pc[r] \in {"read", "rechecked"}
-    /\ IF Hardened /\ ~InWindow(hd[r])
-       THEN pc' = [pc EXCEPT ![r] = "idle"] /\ UNCHANGED mem
-       ELSE /\ mem' = [mem EXCEPT ![Phys(hd[r].addr)].cnt = @ + 1]
-            /\ pc' = [pc EXCEPT ![r] = IF Hardened THEN "counted" ELSE "idle"]
-    /\ UNCHANGED <<writerVars, hd, hsz, copy, got, floor, starts>>
+\* the get ends: the reader's pin is released (the writer's wait for it ends)
+Unpin(r) ==
+    /\ pc' = [pc EXCEPT ![r] = "idle"] /\ pins' = [pins EXCEPT ![r] = 0]
+    /\ verdict' = [verdict EXCEPT ![r] = "none"] /\ wwait' = wwait \ {r} /\ hsz' = [hsz EXCEPT ![r] = 0]
 
-\* deserialize the private copy (Hardened)
+\* impl: deserialize in place, under the pin; a drain read ends here (it is
+\* not acknowledged)
 deserialize(r) ==
-    /\ pc[r] = "counted"
-    /\ got' = [got EXCEPT ![r] = copy[r]]
-    /\ pc' = [pc EXCEPT ![r] = "idle"]
-    /\ UNCHANGED <<writerVars, mem, hd, hsz, copy, floor, starts>>
+    /\ Hardened /\ pc[r] = "checked"
+    /\ got' = [got EXCEPT ![r] = ReadAt(hd[r].addr, hsz[r])]
+    /\ IF verdict[r] = "live" THEN pc' = [pc EXCEPT ![r] = "read"] /\ UNCHANGED <<pins, verdict, wwait, hsz>>
+       ELSE Unpin(r)
+    /\ UNCHANGED <<writerVars, mem, hd, floor, starts, acks>>
+
+\* the chunk that owns ack word k % MaxChunks now: the latest allocation
+\* with that word whose base the writer took (after its pin wait)
+Based == IF wpc \in {"ready", "header", "payload"} /\ Hardened THEN puts ELSE puts - 1
+Owner(k) == k + ((Based - k) \div MaxChunks) * MaxChunks
+
+\* vLLM, under the reader lock: count at the handle's address whatever sits
+\* there; impl: the reader's own ack word of the handle's allocation, then
+\* the pin is released
+counter_increment(r) ==
+    /\ pc[r] = "read"
+    /\ IF Hardened
+       THEN /\ acks' = [acks EXCEPT ![r][Owner(hd[r].abs)] = @ + 1] /\ Unpin(r)
+            /\ UNCHANGED mem
+       ELSE /\ mem' = [mem EXCEPT ![Phys(hd[r].addr)].cnt = @ + 1]
+            /\ pc' = [pc EXCEPT ![r] = "idle"]
+            /\ UNCHANGED <<wwait, pins, verdict, acks, hsz>>
+    /\ UNCHANGED <<writerVars, hd, got, floor, starts>>
 
 \* the spec's actions are the model's atomic steps (shmspec/model/steps.py)
 Next ==
-    \/ \E k \in Keys, n \in Sizes : header_write(k, n)
-    \/ payload_write \/ publish \/ free_step \/ clear
+    \/ \E k \in Keys, n \in Sizes : pin_scan(k, n) \/ header_write(k, n)
+    \/ pin_wait \/ payload_write \/ publish \/ free_step \/ clear
     \/ \E r \in Readers :
-         \/ reader_check(r) \/ payload_read(r) \/ counter_increment(r) \/ deserialize(r)
+         \/ pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -239,14 +401,29 @@ Spec == Init /\ [][Next]_vars
 Symmetry == {p @@ q : p \in Permutations(Readers), q \in Permutations(Keys)}
 
 (* --------------------------------------------------------- properties *)
-Live(a) == \E i \in DOMAIN chunks : chunks[i].abs = a
-Published(i) == wpc = "idle" \/ i < Len(chunks)
+Published(i) == Hardened \/ wpc = "idle" \/ i < Len(chunks)
 
 \* NRR: whatever a reader deserialized is the object put under its handle
 NRR == \A r \in Readers : got[r] \in {NoObj, hd[r].obj}
 
-\* CLR: a get that started after a clear never returns a pre-clear object
-CLR == \A r \in Readers : got[r] # NoObj => hd[r].abs >= floor[r]
+\* the chunks whose bytes are written now: the live ones and, mid-put, the
+\* one whose header is written
+Written == {chunks[i] : i \in DOMAIN chunks} \cup
+           (IF Hardened /\ wpc \in {"header", "payload"} THEN {pend[1]} ELSE {})
+\* a chunk allocated after the last clear overlaps the bytes reader r resolves
+Reused(r) == \E c \in Written :
+               /\ c.abs >= clearAt
+               /\ Phys(c.addr) < Phys(hd[r].addr) + Max(hsz[r], 1)
+               /\ Phys(hd[r].addr) < Phys(c.addr) + c.size
+
+\* CLR (drain contract): a handle issued before a clear resolves after it
+\* only to its own object, and only while no later allocation reused its
+\* bytes: a get started after the clear never deserializes another object
+\* for it, and no reader is between its check and its deserialization of a
+\* pre-clear handle while an allocation since the clear covers its bytes
+CLR == \A r \in Readers :
+         /\ got[r] \notin {NoObj, hd[r].obj} => hd[r].abs >= floor[r]
+         /\ pc[r] = "checked" /\ hd[r].abs < clearAt => ~Reused(r)
 
 \* DISJ: live chunks sit inside the ring and never overlap
 DISJ == \A i, j \in DOMAIN chunks :
@@ -268,7 +445,19 @@ WRAP == \A i, j \in DOMAIN chunks : i # j => chunks[i].id # chunks[j].id
 \* DUP: no two live chunks share a key
 DUP == \A i, j \in DOMAIN chunks : i # j => chunks[i].key # chunks[j].key
 
-\* RC: a published chunk's reader_count never exceeds the gets started on it
-RC == \A i \in DOMAIN chunks :
-        Published(i) => mem[Phys(chunks[i].addr)].cnt <= SumOver([r \in Readers |-> starts[r][chunks[i].abs]], Readers)
+\* RC: no read is counted that was not made, so a chunk is never freed before
+\* its promised reads: vLLM's in-band reader_count of a published chunk never
+\* exceeds the gets started on it; impl's per-reader acks of an allocation
+\* never exceed the gets that reader started on it (free_step needs every
+\* reader's ack)
+RC == /\ \A i \in DOMAIN chunks :
+           Published(i) => mem[Phys(chunks[i].addr)].cnt <= SumOver([r \in Readers |-> starts[r][chunks[i].abs]], Readers)
+      /\ \A r \in Readers, a \in Abs : acks[r][a] <= starts[r][a]
+
+\* PROM (impl): a reader's promised read of a handle put since the last clear
+\* stays possible until that reader has read it, whatever the other readers
+\* did: the chunk is live while the reader has not started a get of it
+\* (free_step needs the reader's ack, RC that the ack is for a read it made)
+PROM == Hardened => \A r \in Readers, h \in issued :
+                      h.abs >= clearAt /\ starts[r][h.abs] = 0 => InWindow(h)
 =============================================================================
