@@ -359,8 +359,8 @@ TINY_GATE = textwrap.dedent('''
                                        shrink_seconds=5)
     full = gate.run_gate
     core = tuple(c for c in CAMPAIGNS if c.name == "core")
-    gate.run_gate = lambda target, profile, seed, on_progress=None, concurrency=None: full(
-        target, profile, seed, on_progress=on_progress, campaigns=core, concurrency="off")
+    gate.run_gate = lambda target, profile, seed, on_progress=None, concurrency=None, **kw: full(
+        target, profile, seed, on_progress=on_progress, campaigns=core, concurrency="off", **kw)
     argv = sys.argv[1:]
     if os.environ.get("MX_IMPL_AS") and "impl" in argv:
         argv[argv.index("impl")] = os.environ["MX_IMPL_AS"]
