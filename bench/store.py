@@ -2,7 +2,7 @@
 and against the physical bound (one memmove per object).
 
 ``python -m bench.store [--sizes 1KiB,64KiB,1MiB,16MiB] [--readers 1,2,4]
-[--rounds 5] [--objects N] [--stores impl,vllm,copy,physical]
+[--rounds 9] [--objects N] [--stores impl,vllm,copy,physical]
 [--serde buffers|pickle|keep] [--reader-malloc default|retain] [--vllm TARGET]
 [--quick] [--json FILE]``
 
@@ -76,7 +76,10 @@ rounds.  Within a round the stores take turns (the order rotates each
 round), so load that comes and goes hits all of them alike; the physical
 bound has rounds of its own after theirs (a get batch right after a physical
 one ran 3-4x slower, whichever store it was: the readers' allocator state).
-The result per store is the median round.
+The result per store is the median round; ``impl_vllm_rounds`` gives the
+quartiles of impl/vLLM taken round by round (the two ran in the same round),
+and a row whose median is below 1.0 while its upper quartile is above is
+printed as a tie.
 
 One round, per store:
 
@@ -178,6 +181,8 @@ PLAIN = ("copy", "physical")
 """The stores that are a plain shared-memory segment, not a store class."""
 DEFAULT_SIZES = (1024, 64 * 1024, 1024**2, 16 * 1024**2)
 DEFAULT_READERS = (1, 2, 4)
+DEFAULT_ROUNDS = 9
+"""Timed rounds per row unless ``--rounds`` says: enough for the per-round quartiles of impl/vLLM."""
 ROUND_BYTES = 64 * 1024**2
 MIN_OBJECTS, MAX_OBJECTS = 4, 1024
 """Objects per round by default; at most impl's smallest live-chunk bound
@@ -724,7 +729,37 @@ def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, Load
                              "vllm_copy": ratio(rate.get("vllm"), rate.get("copy")),
                              "impl_physical": ratio(rate.get("impl"), rate.get("physical")),
                              "vllm_physical": ratio(rate.get("vllm"), rate.get("physical"))}
+        if "impl" in tallies and "vllm" in tallies:
+            row["ratios"][op]["impl_vllm_rounds"] = paired_spread(
+                getattr(tallies["impl"], f"{op}_ns"), getattr(tallies["vllm"], f"{op}_ns"))
     return row
+
+
+def paired_spread(impl_ns: list[int], vllm_ns: list[int]) -> dict[str, float] | None:
+    """impl/vLLM per round (the two ran in the same round, one after the
+    other): ``{"q1", "median", "q3"}`` of ``vllm_ns[r] / impl_ns[r]`` (rates'
+    ratio = inverse of times'), 3 places; None with fewer than 2 rounds.  The
+    quartiles say how far one round's ratio moves, so a median ratio near 1.0
+    reads as a tie, not a loss or a win."""
+    pairs = [v / i for i, v in zip(impl_ns, vllm_ns) if i > 0]
+    if len(pairs) < 2:
+        return None
+    q1, med, q3 = statistics.quantiles(pairs, n=4, method="inclusive")
+    return {"q1": round(q1, 3), "median": round(med, 3), "q3": round(q3, 3)}
+
+
+def ties(section: dict[str, Any]) -> list[str]:
+    """One line per row and op whose impl/vLLM is below 1.0 while its rounds'
+    quartiles reach above 1.0: within one run's round-to-round spread."""
+    out = []
+    for row in section["rows"]:
+        for op in ("put", "get"):
+            r = row["ratios"][op]
+            spread = r.get("impl_vllm_rounds")
+            if r.get("impl_vllm") is not None and r["impl_vllm"] < 1.0 and spread and spread["q3"] >= 1.0:
+                out.append(f"{row['size_label']} x{row['readers']} {op}: impl/vLLM {r['impl_vllm']:.2f}, "
+                           f"per-round quartiles {spread['q1']:.2f}-{spread['q3']:.2f}")
+    return out
 
 
 def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str], serde_name: str = "buffers",
@@ -847,7 +882,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--sizes", type=parse_sizes, default=None, help="object sizes (default 1KiB,64KiB,1MiB,16MiB)")
     p.add_argument("--readers", type=parse_ints, default=None, help="reader process counts (default 1,2,4)")
     p.add_argument("--rounds", type=positive_int, default=None,
-                   help="timed rounds per row, at least 1, after one warm-up (default 5)")
+                   help=f"timed rounds per row, at least 1, after one warm-up (default {DEFAULT_ROUNDS})")
     p.add_argument("--objects", type=positive_int, default=None,
                    help="objects per round (default 64 MiB / size, within [4, 1024])")
     p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy,physical (default all)")
@@ -867,7 +902,7 @@ def main(argv: list[str] | None = None) -> int:
     quick = args.quick
     sizes = args.sizes or ([1024, 64 * 1024] if quick else list(DEFAULT_SIZES))
     readers = args.readers or ([1] if quick else list(DEFAULT_READERS))
-    rounds = args.rounds if args.rounds is not None else (2 if quick else 5)
+    rounds = args.rounds if args.rounds is not None else (2 if quick else DEFAULT_ROUNDS)
     objects = args.objects if args.objects is not None else (64 if quick else None)
     if args.json is not None and (why := unwritable(args.json)):
         print(f"bench.store: --json {args.json}: {why}", file=sys.stderr)
@@ -887,6 +922,9 @@ def main(argv: list[str] | None = None) -> int:
     console.print(table(section, quick))
     if quick:
         console.print(QUICK_NOTE, highlight=False)
+    else:
+        for line in ties(section):
+            console.print(f"[yellow]tie[/] {line}", highlight=False)
     bad = problems(section)
     for line in bad:
         console.print(f"[bold red]WRONG BYTES[/] {line}")

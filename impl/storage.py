@@ -72,6 +72,19 @@ def _check_serialized(
     Returns the data pieces and the metadata as flat byte views.  Raises
     ``ValueError`` when types or declared sizes do not match the bytes.
     """
+    if (type(data) is list and len(data) == 1 and type(data_nbytes) is int and type(md_nbytes) is int
+            and type(metadata) is bytes and len(metadata) == md_nbytes):
+        # The common case (one buffer, bytes metadata: vLLM's MsgpackSerde on a
+        # tensor, BufferSerde): the checks below, without the generic loops.
+        piece = data[0]
+        if not (type(piece) is memoryview and piece.ndim == 1 and piece.format == "B"):
+            try:
+                piece = _as_bytes_view(piece)
+            except TypeError as exc:
+                raise ValueError(f"Unsupported data type for serialization: {exc}") from exc
+        if piece.nbytes != data_nbytes:
+            raise ValueError(f"Serializer declared {data_nbytes} data bytes but returned {piece.nbytes}")
+        return [piece], memoryview(metadata)
     if not (type(data_nbytes) is int and type(md_nbytes) is int and data_nbytes >= 0 and md_nbytes >= 0):
         for name, value in (("data_nbytes", data_nbytes), ("md_nbytes", md_nbytes)):
             if not isinstance(value, int) or isinstance(value, bool) or value < 0:
@@ -441,8 +454,19 @@ class SingleWriterShmObjectStorage:
         if id in self._touched:
             return False
         promised = self._writer_flag.get(id, 0)
-        reads = self.ring_buffer.reads_since_alloc(id)
-        return not reads or min(reads) >= promised  # every slot: reads >= promised
+        ring = self.ring_buffer
+        table = ring.reader_table
+        if table is None:
+            return True
+        abs_counter = candidate_abs(id, ring._abs_end)
+        base = ring._base.get(abs_counter)
+        acks = table.acks(abs_counter)
+        if not base:  # as reads_since_alloc: no base recorded counts from 0
+            return not acks or min(acks) >= promised
+        for ack, at_alloc in zip(acks, base):  # every slot: reads since allocation >= promised
+            if ack - at_alloc < promised:
+                return False
+        return True
 
     def reads(self, monotonic_id: int) -> tuple[int, ...]:
         """Writer: reads acknowledged for live chunk ``monotonic_id``, per

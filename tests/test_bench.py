@@ -322,3 +322,18 @@ def test_store_bench_reader_malloc_retain(tmp_path):
     _check_rows(doc, ["impl", "copy", "physical"], [64 * 1024])
     assert doc["store"]["reader_malloc"] == "retain"
     assert "reader malloc retain" in p.stdout
+
+
+def test_paired_spread_and_ties():
+    """impl/vLLM per round is vLLM's time over impl's; a median below 1.0
+    whose upper quartile reaches 1.0 is reported as a tie, a clear loss is not."""
+    from bench.store import paired_spread, ties
+
+    assert paired_spread([10], [10]) is None
+    s = paired_spread([100, 100, 100, 100, 100], [90, 95, 98, 105, 110])
+    assert s == {"q1": 0.95, "median": 0.98, "q3": 1.05}
+    row = {"size_label": "1 MiB", "readers": 2,
+           "ratios": {"put": {"impl_vllm": 0.98, "impl_vllm_rounds": s},
+                      "get": {"impl_vllm": 0.5, "impl_vllm_rounds": paired_spread([2, 2, 2], [1, 1, 1.1])}}}
+    lines = ties({"rows": [row]})
+    assert lines == ["1 MiB x2 put: impl/vLLM 0.98, per-round quartiles 0.95-1.05"]
