@@ -56,7 +56,8 @@ def slower_rows(section: dict[str, Any]) -> list[dict[str, Any]]:
             if r is not None and r < 1.0:
                 out.append({"size": row["size"], "size_label": row["size_label"], "readers": row["readers"],
                             "op": op, "impl_vllm": r, "impl_mb_per_s": row[op]["impl"]["mb_per_s"],
-                            "vllm_mb_per_s": row[op]["vllm"]["mb_per_s"]})
+                            "vllm_mb_per_s": row[op]["vllm"]["mb_per_s"],
+                            "impl_vllm_rounds": row["ratios"][op].get("impl_vllm_rounds")})
     return out
 
 
