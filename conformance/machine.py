@@ -57,8 +57,12 @@ CAMPAIGNS: tuple[Campaign, ...] = (
     Campaign("auth", frozenset({"put", "consume", "get_cached", "get_live", "get_forged", "touch_forged", "free_unused"}),
              frozenset({"AUTH", "NRR"} | _EVERY_STEP), needs_signed=True),
     Campaign("fields", frozenset({"put", "get_live", "get_bad_fields"}), frozenset({"NRR"} | _EVERY_STEP)),
-    Campaign("touch", frozenset({"put", "consume", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused"}),
-             frozenset({"NRR", "OOM"} | _EVERY_STEP), needs_touch=True),
+    Campaign("touch", frozenset({"put", "consume", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused",
+                                 "drain_then_put"}),
+             frozenset({"NRR", "OOM", "PROM", "PROG"} | _EVERY_STEP), needs_touch=True),
+    Campaign("protocol", frozenset({"put", "consume", "reread", "get_cached", "get_live", "get_stale", "free_unused",
+                                    "drain_then_put"}),
+             frozenset({"PROM", "PROG", "NRR", "OOM"} | _EVERY_STEP)),
     Campaign("lock", frozenset({"put", "get_live", "attach_lockless"}), frozenset({"LOCK"} | _EVERY_STEP)),
     Campaign("exc", frozenset({"put", "consume", "get_cached", "get_live", "free_unused", "clear", "put_failing",
                                "interrupted"}), frozenset({"EXC"} | _EVERY_STEP)),
@@ -215,6 +219,33 @@ class _Base(RuleBasedStateMachine):
             args.update(key=key, data=(self._tag() + body).hex())
         self._run(Call("writer", "interrupt", args))
 
+    def reread(self, data, reader):
+        """A client deviation: one reader reads a handle twice in a row (an
+        n>1 fan-out), beyond what it was promised (PROM: the other readers'
+        promised reads must still succeed)."""
+        r = self._draw_ref(data, self.session.live_refs())
+        self._run(Call(reader, "get", {"ref": r.ref}))
+        self._run(Call(reader, "get", {"ref": r.ref}))
+
+    def drain_then_put(self):
+        """PROM and PROG in one rule: every reader makes every read it still
+        owes (by the client's account), touches are released, ``free_unused``
+        runs, then a put of ``max_object_size`` bytes must succeed.  Each is a
+        step of its own in the trace."""
+        s = self.session
+        for r, reader in s.owed_reads():
+            self._run(Call(reader, "get", {"ref": r.ref}))
+        if s.profile.touch == "protecting":
+            self._run(Call("writer", "release_touches"))
+        # free_unused frees up to 2 * max_object_size bytes a call: enough calls
+        # to empty the ring, were every chunk reclaimable
+        for _ in range(-(-self.config.data_buffer_size // (2 * self.config.max_object_size)) + 1):
+            self._run(Call("writer", "free_unused"))
+        length = self.config.max_object_size - object_nbytes(b"")
+        n = sum(1 for st_ in s.trace if st_.args.get("progress"))
+        self._run(Call("writer", "put", {"key": f"p{n}", "data": (self._tag() + b"\x3c" * (length - 4)).hex(),
+                                         "progress": True}))
+
     def attach_lockless(self):
         n = sum(1 for s in self.session.trace if s.action == "attach_reader")
         self._run(Call(f"x{n}", "attach_reader", {"lock": False}))
@@ -247,6 +278,8 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
         "clear": ({}, None),
         "free_unused": ({}, None),
         "attach_lockless": ({}, None),
+        "drain_then_put": ({}, None),
+        "reread": (dict(data=st.data(), reader=readers), _has("live_refs")),
         "put_failing": (dict(key=keys, body=payloads(config.max_object_size - object_nbytes(b"") - 12)), None),
         "interrupted": (dict(data=st.data(), op=st.sampled_from(sorted(INTERRUPT_POINTS)), key=keys,
                              body=payloads(config.max_object_size - object_nbytes(b"") - 4)), None),

@@ -46,7 +46,7 @@ BAD_FIELDS = {
 """Malformed handle fields a reader may be handed (each must give ValueError)."""
 
 
-SEVERITY = ("NRR", "DISJ", "RC", "EXC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "OOM", "LEAK",
+SEVERITY = ("NRR", "DISJ", "RC", "PROM", "EXC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "PROG", "OOM", "LEAK",
             "CONFORMANCE")
 
 INTERRUPT_POINTS: dict[str, tuple[str, ...]] = {
@@ -189,6 +189,15 @@ class Session:
         self.put_data: dict[str, bytes] = {}
         self._before: Snapshot | None = None
         self.closed = False
+        # The client's account of the read-once protocol (PROM, PROG): per
+        # handle ``(epoch, address, id)`` and reader, the reads it was promised
+        # (a put, each get_cached, a counting touch by the writer) and the
+        # reads it made (a get that returned the object; in counting-touch
+        # stores, a reader's touch of a handle it has read before).
+        self.promised: dict[tuple[int, int, int], dict[str, int]] = {}
+        self.made: dict[tuple[int, int, int], dict[str, int]] = {}
+        self.accounting = True
+        """False once a boundary program set counts by hand (``warp_counts``)."""
         self.adapter.open()
         for name in c.readers:
             self.execute(Call(name, "attach_reader", {"lock": True}))
@@ -211,6 +220,43 @@ class Session:
 
     def stale_refs(self) -> list[HandleRef]:
         return [r for r in self.refs if not self.is_live(r)]
+
+    @staticmethod
+    def ident(r: HandleRef) -> tuple[int, int, int]:
+        """The handle's identity for the client's account: ``(epoch, address, id)``."""
+        return (r.epoch, r.address, r.id)
+
+    def _promise(self, ident: tuple[int, int, int]) -> None:
+        d = self.promised.setdefault(ident, {})
+        for name in self.config.readers:
+            d[name] = d.get(name, 0) + 1
+
+    def owed(self, r: HandleRef, reader: str) -> int:
+        """Reads ``reader`` was promised of ``r``'s handle and has not made
+        (0 for a handle issued before the latest ``clear()``)."""
+        if r.epoch != self.epoch:
+            return 0
+        ident = self.ident(r)
+        return self.promised.get(ident, {}).get(reader, 0) - self.made.get(ident, {}).get(reader, 0)
+
+    def owed_reads(self) -> list[tuple[HandleRef, str]]:
+        """Every read the client still owes, one entry per read: ``(ref,
+        reader)``, handles oldest first (the latest ref of each handle)."""
+        latest: dict[tuple[int, int, int], HandleRef] = {}
+        for r in self.refs:
+            if r.epoch == self.epoch:
+                latest[self.ident(r)] = r
+        out = []
+        for ident, r in latest.items():
+            for reader in self.config.readers:
+                out += [(r, reader)] * max(0, self.owed(r, reader))
+        return out
+
+    def account_text(self, ident: tuple[int, int, int]) -> str:
+        """``r1 made 2 of 2 promised reads, r2 1 of 2`` for messages."""
+        p, m = self.promised.get(ident, {}), self.made.get(ident, {})
+        parts = [f"{name} {m.get(name, 0)} of {p.get(name, 0)}" for name in self.config.readers]
+        return "reads made of those promised: " + ", ".join(parts)
 
     def next_address(self, nbytes: int) -> int | None:
         """Where the model says a put of ``nbytes`` would land (None: it would not)."""
@@ -319,10 +365,38 @@ class Session:
                 v.append(("OOM", f"on the target's own state (start {before.start}, end {before.end}, live ids "
                                   f"{[c.id for c in before.chunks]}) FIFO reclaim leaves "
                                   f"{'room' if room else 'no room'} for {nbytes} bytes, but put gave {render(obs)}"))
+        if call.args.get("progress") and not crashed:
+            v += self._progress_check(nbytes, obs)
         if obs.ok:
             self.put_data[key] = data
             self._issue(key, tuple(obs.value), data)
         return a, exp, obs, v
+
+    def _progress_check(self, nbytes: int, obs: Observation) -> list[tuple[str, str]]:
+        """PROG after a drain (every promised read made, touches released,
+        ``free_unused`` until the ring could be empty): the put of ``nbytes``
+        must succeed and leave no other chunk live.  A violation names the
+        oldest chunk still live when the client owes it no read and no touch
+        holds it: a count that never reaches its threshold pins it for ever."""
+        after = self.adapter.snapshot()
+        new = tuple(obs.value) if obs.ok else None
+        left = [c for c in after.chunks if (c.address, c.id) != new]
+        if not left or not self.accounting:
+            return []
+        head = left[0]
+        ident = (self.epoch, head.address, head.id)
+        refs = [r for r in self.refs if self.ident(r) == ident]
+        owed = [reader for reader in self.config.readers if refs and self.owed(refs[-1], reader) > 0]
+        protected = any(c.protected for c in self.state.ring.chunks if c.id == head.id)
+        if owed or protected:
+            return []  # the client still owes a read (or a touch holds it): not the store's fault
+        name = f"{refs[-1].ref} (key {refs[-1].key!r})" if refs else "a chunk no handle was issued for"
+        released = " and every touch released" if self.profile.touch == "protecting" else ""
+        return [("PROG", f"every promised read made{released} and free_unused run until the ring could be "
+                         f"empty, the put of {nbytes} bytes gave {render(obs)} and chunk id {head.id} at "
+                         f"{head.address}, {name}, is still live: the store counts "
+                         f"{head.counts_text(self.config.n_readers)}"
+                         + (f"; {self.account_text(ident)}" if refs else ""))]
 
     def _room_after_reclaim(self, snap: Snapshot, nbytes: int) -> bool:
         """SEMANTICS.md's put step 3 applied to a target's own state: is there
@@ -367,6 +441,7 @@ class Session:
             sig_obs = self.adapter.get_signature(key)
             real_sig = list(sig_obs.value) if sig_obs.ok else None
             model_sig = self.state.signature_for(chunk) if chunk is not None else None
+        self._promise((self.epoch, handle[0], handle[1]))
         self.refs.append(
             HandleRef(
                 ref=f"h{len(self.refs) + 1}",
@@ -422,7 +497,27 @@ class Session:
             a = M.Action.of("get", call.process, **margs)
             exp = self._model(a)
             obs = self.adapter.reader_get(call.process, t["address"], t["id"], t["signature"], t["key"])
-        return a, exp, obs, self._read_checks(call, r, exp, obs)
+        return a, exp, obs, self._read_checks(call, r, exp, obs) + self._account_read(call, r, obs)
+
+    def _account_read(self, call: Call, r: HandleRef, obs: Observation) -> list[tuple[str, str]]:
+        """Count a reader's read for the client's account; PROM when a read the
+        reader was promised, and has not made, fails."""
+        if call.process == M.WRITER or call.args.get("forge") or call.args.get("fields") or r.epoch != self.epoch:
+            return []
+        owed = self.owed(r, call.process)
+        if obs.ok:
+            if obs.value == Blob(r.data):
+                d = self.made.setdefault(self.ident(r), {})
+                d[call.process] = d.get(call.process, 0) + 1
+            return []
+        if owed > 0 and self.accounting and not (obs.error or "").startswith("Crash"):
+            over = [f"{name} read it {n - self.promised[self.ident(r)].get(name, 0)} more time(s) than promised"
+                    for name, n in self.made.get(self.ident(r), {}).items()
+                    if n > self.promised[self.ident(r)].get(name, 0)]
+            return [("PROM", f"{call.process}'s promised read of {r.ref} {(r.address, r.id)} failed with "
+                             f"{render(obs)} ({self.account_text(self.ident(r))}"
+                             + (f"; {', '.join(over)}" if over else "") + ")")]
+        return []
 
     def _read_checks(self, call: Call, r: HandleRef, exp: M.Outcome, obs: Observation) -> list[tuple[str, str]]:
         """NRR / CLR / AUTH on what a get returned, judged against what was put
@@ -457,8 +552,13 @@ class Session:
 
     def _do_touch(self, call: Call):
         if call.process == M.WRITER:
-            a = M.Action.of("touch", key=call.args["key"])
-            return a, self._model(a), self.adapter.writer_touch(call.args["key"]), []
+            key = call.args["key"]
+            a = M.Action.of("touch", key=key)
+            obs = self.adapter.writer_touch(key)
+            handle = self._before.key_index.get(key)
+            if obs.ok and handle is not None and self.profile.touch == "counting":
+                self._promise((self.epoch, handle[0], handle[1]))  # a counting touch promises a read
+            return a, self._model(a), obs, []
         r, m, t = self._handle_args(call)
         margs = m if self.profile.signed else dict(address=m["address"], id=m["id"], key=m["key"])
         a = M.Action.of("touch", call.process, **margs)
@@ -467,6 +567,12 @@ class Session:
         altered = call.args.get("forge") or call.args.get("fields")
         if altered and self.profile.signed and obs.ok and not exp.ok:  # a touch validates the handle (AUTH)
             return a, exp, obs, [("AUTH", f"{altered} handle {r.ref} was accepted by touch")]
+        if (obs.ok and not altered and self.profile.touch == "counting" and r.epoch == self.epoch
+                and self.made.get(self.ident(r), {}).get(call.process, 0) > 0):
+            # vLLM 0.12 - 0.31's receiver acknowledges a cached item by touching
+            # it; a touch before its own first get is the pre-touch of a new item.
+            d = self.made[self.ident(r)]
+            d[call.process] += 1
         return a, exp, obs, []
 
     def _do_release_touches(self, call: Call):
@@ -582,6 +688,7 @@ class Session:
         from .warp import warp_model_counts
 
         r = self.ref(call.args["ref"])
+        self.accounting = False  # counts set by hand: the client's account no longer describes them
         wc, rc = call.args["writer_count"], call.args["reader_count"]
         self.state = warp_model_counts(self.state, r.abs_id, wc, rc)
         obs = observe(lambda: warp_counts(self.adapter.writer, r.id, r.address, wc, rc))

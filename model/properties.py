@@ -20,7 +20,8 @@ from .ring import ID_MAX, Chunk
 from .store import Action, Outcome, State, is_free
 
 PROPERTY_IDS: tuple[str, ...] = (
-    "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC",
+    "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC", "PROM",
+    "PROG",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -39,6 +40,10 @@ DESCRIPTIONS: dict[str, str] = {
     "LEAK": "closing the writer leaves no shared-memory segment behind",
     "EXC": "a put, reclaim or clear that raises (a serializer result that cannot be copied, an asynchronous "
            "exception at a yield point) leaves the store as before it or as after it",
+    "PROM": "a reader's promised read of a handle succeeds until that reader has made it, whatever other "
+            "readers did (read it twice, or never)",
+    "PROG": "once every promised read is made and every touch released, a put of max_object_size succeeds: no "
+            "chunk stays pinned by a count that never reaches its threshold",
     "CONFORMANCE": "the target's outcomes and state agree with the reference model",
 }
 

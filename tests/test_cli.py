@@ -117,9 +117,9 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert data["concurrency"] == "controlled"  # the ci profile's default
     assert [c["mode"] for c in data["campaigns"]][-1] == "controlled"
     for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
-                "EXC", "CONFORMANCE"):
+                "EXC", "PROM", "PROG", "CONFORMANCE"):
         assert data["properties"][pid] == "pass", pid  # WRAP: the boundary campaign's warped programs
-    assert {"boundary", "exc"} <= {c["name"] for c in data["campaigns"]}
+    assert {"boundary", "exc", "protocol"} <= {c["name"] for c in data["campaigns"]}
     assert data["construction"] == {"writer_lock": False}  # vLLM's construction, the default
     assert data["violations"] == [] and data["repro"] is None
     assert all(c["examples"] > 0 and c["steps"] > 0 for c in data["campaigns"])
