@@ -43,6 +43,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import shmspec
 
+from . import interrupt
+
 EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
 EXIT_INTERRUPTED = 130
 
@@ -151,7 +153,9 @@ def matrix(args: argparse.Namespace) -> int:
     130 interrupted.  With ``--no-impl``: 0 when every cell ran, else 2."""
     from .matrix import main as run_matrix_command
 
-    return _interruptible(lambda: run_matrix_command(args, Console(), Console(stderr=True)))
+    # the table has a column per property: off a terminal (CI logs, pipes) it is printed 200 columns wide
+    out = Console() if sys.stdout.isatty() else Console(width=max(Console().width, 200))
+    return _interruptible(lambda: run_matrix_command(args, out, Console(stderr=True)))
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -175,15 +179,16 @@ def _canonical_target(spec: str) -> str:
     return spec
 
 
-_INTERRUPTED: list[int] = []
+_INTERRUPTED: list[int] = interrupt.SIGNALS
 """Signals that interrupted the running command, recorded by the handler before
-it raises: a KeyboardInterrupt raised where Python swallows it (a garbage
-collection callback: "Exception ignored in ...") still ends the command with
-exit 130, never a verdict."""
+it raises (:mod:`.interrupt`): a KeyboardInterrupt raised where Python
+swallows it (a garbage collection callback: "Exception ignored in ...") is
+raised again at the gate's next step, and the command ends with exit 130,
+never a verdict."""
 
 
 def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
-    _INTERRUPTED.append(signum)
+    interrupt.record(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
 
@@ -213,9 +218,11 @@ def _interruptible(run: Callable[[], int]) -> int:
     """``run()`` with SIGTERM (a CI job cancelled) treated as Ctrl-C: either
     stops it with every worker process stopped and every segment unlinked,
     and gives exit 130."""
-    _INTERRUPTED.clear()
-    previous = {sig: signal.signal(sig, _terminate_as_interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
-    try:
+    interrupt.reset()
+    previous = {}
+    try:  # handlers installed inside the try: a signal between the two installations is caught too
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            previous[sig] = signal.signal(sig, _terminate_as_interrupt)
         status = run()
         if _INTERRUPTED:  # the KeyboardInterrupt was swallowed somewhere: still no verdict
             raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]}")
@@ -259,6 +266,7 @@ def _check(args: argparse.Namespace) -> int:
 
         result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency,
                           config=SessionConfig(writer_lock=args.writer_lock))
+    interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:
         write_report(result, report_dir, started, source)

@@ -39,6 +39,7 @@ from .loader import LoadedTarget
 from .machine import CAMPAIGNS, Campaign, machine_for
 from .freerun import free_config, run_free
 from .history import LIN_PROPERTIES
+from . import interrupt
 from .procs import ProcessPool, ScheduleError
 from .schedule import CHECKS as SCHEDULED_CHECKS
 from .schedule import scheduled_machine
@@ -59,9 +60,12 @@ against an opposing operation (conformance/races.py); runs before the
 Hypothesis-drawn schedules, so a one-preemption race is found whatever the seed."""
 CONTROLLED = Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled")
 """Writer and reader processes under schedules Hypothesis draws (conformance/schedule.py)."""
+FAULTS = Campaign("faults", frozenset(), frozenset({"LIVE", "NRR"}), mode="faults")
+"""Process faults (conformance/faults.py): a reader SIGKILLed in the reader
+lock and mid-get, the writer mid-put; LIVE and NRR for the survivors."""
 CONCURRENT_CAMPAIGNS: dict[str, tuple[Campaign, ...]] = {
-    "controlled": (PREEMPTION, CONTROLLED),
-    "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"),),
+    "controlled": (PREEMPTION, CONTROLLED, FAULTS),
+    "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"), FAULTS),
     "off": (),
 }
 
@@ -114,14 +118,19 @@ class Violation:
     detected_steps: int | None = None
     """Steps to detection: steps the gate had run (all campaigns, in order)
     up to and including that first failing step."""
+    shrink_complete: bool | None = None
+    """Lockstep and controlled: True when Hypothesis's shrinking ended before
+    the profile's ``shrink_seconds`` (then the same seed gives the same trace);
+    False when the time budget cut it (the trace may differ between runs; the
+    property and campaign do not).  None where nothing is shrunk."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
         if self.concurrency == "controlled":
             return [{"process": s["process"], "kind": s["kind"], "action": s["action"], "args": s["args"]}
                     for s in self.steps]
-        if self.concurrency == "free":
-            return []  # a free run is re-run (same seed, load and geometry: config), not replayed
+        if self.concurrency in ("free", "faults"):
+            return []  # re-run from config (a free run's seed, load and geometry; a fault scenario's name)
         return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
 
     def to_json(self) -> dict[str, Any]:
@@ -133,6 +142,7 @@ class Violation:
             "round": self.round,
             "config": self.config,
             "steps": self.steps,
+            "shrink_complete": self.shrink_complete,
         }
 
 
@@ -288,6 +298,7 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
     """Every campaign in turn (``results`` gets each); returns the config with
     the findings excused."""
     for i, campaign in enumerate(campaigns):
+        interrupt.check()  # a swallowed SIGTERM: no further campaign
         if on_progress:
             on_progress(campaign.name, i, len(campaigns))
         steps_before = sum(r.steps for r in results)
@@ -308,6 +319,8 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     if campaign.mode == "free":
         return _run_free(target, gp, seed, base, res)
+    if campaign.mode == "faults":
+        return _run_faults(target, base, res)
     if campaign.mode == "program":
         return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled")
     if campaign.mode in ("controlled", "preemption"):
@@ -370,12 +383,14 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             run_state_machine_as_test(factory, settings=hs)
             res.completed = True
         except PropertyViolation as exc:
+            shrink_used = time.monotonic() - counters.get("failed_at", time.monotonic())
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
                                             [s.to_json() for s in exc.steps], _config_json(config), exc,
                                             concurrency="off" if campaign.mode == "lockstep" else campaign.mode,
                                             detected_seconds=counters.get("failed_at", time.monotonic()),
                                             detected_steps=res.steps + counters.get("failed_steps",
-                                                                                    counters["steps"])))
+                                                                                    counters["steps"]),
+                                            shrink_complete=shrink_used < gp.shrink_seconds))
             config = _excuse(config, exc)
         except Flaky as exc:
             res.error = f"the target behaved non-deterministically: {str(exc).splitlines()[0]}"
@@ -386,6 +401,41 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             res.steps += counters["steps"]
         if res.completed or res.error:
             break
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:
+    """Every process-fault scenario once (fixed programs: no seed, no
+    shrinking); a scenario's first finding of each property becomes a
+    violation whose config names the scenario (:func:`.faults.replay_fault`)."""
+    from .faults import DATA_BUFFER_SIZE, LIVE_BOUND, MAX_OBJECT_SIZE, READERS, SCENARIOS, run_scenario
+
+    t0 = time.monotonic()
+    res.rates = {"live_bound_seconds": LIVE_BOUND, "scenarios": {}}
+    for name in SCENARIOS:
+        try:
+            sr = run_scenario(target, name, base.writer_lock)
+        except ScheduleError as exc:
+            res.error = f"{name}: ScheduleError: {exc}"
+            break
+        res.examples += 1
+        res.steps += len(sr.steps)
+        res.rates["scenarios"][name] = {"reachable": sr.reachable, "seconds": round(sr.seconds, 2),
+                                        "longest_step_seconds": round(sr.longest_step, 3),
+                                        "findings": [f.property for f in sr.findings]}
+        seen = set()
+        for f in sr.findings:
+            if f.property in seen or f.property in base.excused:
+                continue
+            seen.add(f.property)
+            cfg = {"scenario": name, "data_buffer_size": DATA_BUFFER_SIZE, "max_object_size": MAX_OBJECT_SIZE,
+                   "readers": list(READERS), "writer_lock": base.writer_lock, "live_bound_seconds": LIVE_BOUND}
+            res.violations.append(Violation(f.property, f"{name}: {f.message}", "faults", 0, f.steps, cfg,
+                                            concurrency="faults", detected_seconds=time.monotonic(),
+                                            detected_steps=res.steps))
+    else:
+        res.completed = True
     res.seconds = time.monotonic() - t0
     return res
 

@@ -18,6 +18,7 @@ from dataclasses import dataclass
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, precondition, rule
 
+from . import interrupt
 from .loader import LoadedTarget
 from .serde import object_nbytes
 from .session import BAD_FIELDS, FORGERIES, INTERRUPT_POINTS, Call, Session, SessionConfig
@@ -101,6 +102,7 @@ class _Base(RuleBasedStateMachine):
         return self.puts.to_bytes(4, "little")
 
     def _run(self, call: Call) -> None:
+        interrupt.check()  # a swallowed SIGTERM stops the run here (conformance/interrupt.py)
         self.session.execute(call)
 
     def _draw_ref(self, data, refs):

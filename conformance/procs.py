@@ -469,7 +469,7 @@ class ProcessPool:
         self._send(name, ("op", action, args))
         return self._step_result(name)
 
-    def advance(self, name: str, force: bool = False) -> StepOutcome:
+    def advance(self, name: str, force: bool = False, timeout: float | None = None) -> StepOutcome:
         """Let paused process ``name`` run to its next yield point or to completion.
 
         A process paused at ``lock_acquire`` while another process holds the
@@ -477,7 +477,7 @@ class ProcessPool:
         ``force``.  With ``force`` it runs into the held lock (e.g. one held by
         a killed process), and the controller waits ``step_timeout`` plus
         :data:`FORCED_WAIT` for its next step; the lock is still recorded as
-        the other holder's.
+        the other holder's.  ``timeout`` (seconds) replaces either wait.
         """
         ps = self.procs[name]
         if ps.point is None:
@@ -487,8 +487,7 @@ class ProcessPool:
         if blocked and not force:
             raise ScheduleError(f"{_label(name)} would block: {self.lock_holder} holds the reader lock")
         self._send(name, ("go",))
-        timeout = None
-        if blocked:
+        if blocked and timeout is None:
             timeout = self.step_timeout + FORCED_WAIT
         elif was == "lock_acquire":
             self.lock_holder = name

@@ -183,9 +183,12 @@ def violation_panel(n: int, v: Violation) -> Panel:
                          f"\ncampaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
+                            else f"{len(v.steps)} steps of a fixed fault scenario" if v.concurrency == "faults"
                             else f"{len(v.steps) - 1} spec steps (TLC's shortest counterexample)"
                             if v.concurrency == "spec"
-                            else f"{len(v.steps)} steps after shrinking"))
+                            else f"{len(v.steps)} steps after shrinking"
+                            + (" (cut by the shrink time budget: another run may show another trace)"
+                               if v.shrink_complete is False else "")))
     table = {"controlled": lanes_table, "free": history_table, "spec": spec_table}.get(v.concurrency, steps_table)(v)
     parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
     return Panel(Group(*parts), title=f"V{n}", border_style="red")
@@ -295,6 +298,7 @@ import json
 
 import pytest
 
+from shmspec.conformance.faults import replay_fault
 from shmspec.conformance.replay import replay, replay_free
 from shmspec.conformance.schedule import replay_schedule
 
@@ -310,6 +314,8 @@ def test_counterexample_no_longer_violates(case):
         found = replay_schedule(TARGET, case["calls"], case["config"])
     elif case.get("concurrency") == "free":  # re-runs the same load; the OS interleaving is not replayed
         found = replay_free(TARGET, case["config"], case["property"])
+    elif case.get("concurrency") == "faults":  # re-runs the named process-fault scenario
+        found = replay_fault(TARGET, case["config"], case["property"])
     else:
         found = replay(TARGET, case["calls"], case["config"])
     assert found is None, f"{{case['property']}} still violated: {{found}}"

@@ -35,6 +35,7 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from shmspec.model.properties import disj, fifo
 from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
+from . import interrupt
 from .adapter import Snapshot
 from .loader import LoadedTarget
 from .procs import ProcessPool, StepOutcome
@@ -394,6 +395,7 @@ class _Scheduled(RuleBasedStateMachine):
         self.session = ScheduledSession(self.pool, self.target, self.config)
 
     def _run(self, step: dict) -> None:
+        interrupt.check()  # a swallowed SIGTERM stops the run here (conformance/interrupt.py)
         self.session.execute(step)
 
     def teardown(self) -> None:

@@ -21,7 +21,7 @@ from .store import Action, Outcome, State, is_free
 
 PROPERTY_IDS: tuple[str, ...] = (
     "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC", "PROM",
-    "PROG",
+    "PROG", "LIVE",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -44,6 +44,8 @@ DESCRIPTIONS: dict[str, str] = {
             "readers did (read it twice, or never)",
     "PROG": "once every promised read is made and every touch released, a put of max_object_size succeeds: no "
             "chunk stays pinned by a count that never reaches its threshold",
+    "LIVE": "no operation of a live process blocks longer than a stated bound, whatever another process did "
+            "(killed mid-get, in the reader lock, mid-put); the survivors get no wrong object",
     "CONFORMANCE": "the target's outcomes and state agree with the reference model",
 }
 

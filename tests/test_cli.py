@@ -115,7 +115,7 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert data["schema"] == "shmspec.report/1"
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
     assert data["concurrency"] == "controlled"  # the ci profile's default
-    assert [c["mode"] for c in data["campaigns"]][-1] == "controlled"
+    assert [c["mode"] for c in data["campaigns"]][-2:] == ["controlled", "faults"]
     for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
                 "EXC", "PROM", "PROG", "CONFORMANCE"):
         assert data["properties"][pid] == "pass", pid  # WRAP: the boundary campaign's warped programs
@@ -218,3 +218,39 @@ def test_an_interrupt_swallowed_by_python_still_exits_130(capsys):
     assert cli._interruptible(run) == cli.EXIT_INTERRUPTED
     assert "interrupted" in capsys.readouterr().err
     assert cli._interruptible(lambda: cli.EXIT_PASS) == cli.EXIT_PASS  # the record is per command
+
+
+@pytest.mark.slow
+def test_sigterm_at_random_moments_never_passes(tmp_path):
+    """A cancelled gate never exits 0: SIGTERM at 50 moments drawn from a
+    seeded generator (during start-up, the lockstep campaigns, shrinking,
+    report writing), two gates at a time.  Before the handler is installed
+    the process dies by the signal (-15), and a KeyboardInterrupt that escapes
+    during interpreter start-up or shutdown ends it by SIGINT (-2, Python's
+    way; a shell sees 130); in between it exits 130 (or 2 when the signal
+    lands while a campaign errors out); it never prints a verdict."""
+    import random
+    import signal
+    import time
+    from concurrent.futures import ThreadPoolExecutor
+
+    rng = random.Random(20261201)
+    moments = [rng.uniform(0.0, 6.0) for _ in range(50)]  # the gate below runs for more than 6 s
+
+    def one(i: int, delay: float) -> tuple[float, int, str]:
+        proc = subprocess.Popen([sys.executable, "-m", "shmspec.conformance.cli", "check", "--target", "impl",
+                                 "--concurrency", "off", "--report-dir", str(tmp_path / f"r{i}")],
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        time.sleep(delay)
+        running = proc.poll() is None
+        proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=120)
+        assert running, f"the gate ended before {delay:.2f} s: no moment to cancel it at"
+        return delay, proc.returncode, out
+
+    with ThreadPoolExecutor(2) as pool:
+        results = list(pool.map(lambda a: one(*a), enumerate(moments)))
+    for delay, code, out in results:
+        assert code in (130, 2, -signal.SIGTERM, -signal.SIGINT), (delay, code, out[-500:])
+        assert "verdict: PASS" not in out, (delay, out[-500:])
+    assert any(code == 130 for _, code, _ in results)  # most land after start-up

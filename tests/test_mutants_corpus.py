@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from shmspec.conformance.faults import replay_fault
 from shmspec.conformance.mutants import faults
 from shmspec.conformance.replay import replay
 from shmspec.conformance.schedule import replay_schedule
@@ -39,6 +40,8 @@ catches the fault (tests/corpus/update_mutants.py then writes its entry)."""
 def _replay(spec: str, entry: dict) -> str | None:
     if entry["concurrency"] == "controlled":
         return replay_schedule(spec, entry["calls"], entry["config"])
+    if entry["concurrency"] == "faults":
+        return replay_fault(spec, entry["config"], entry["property"])
     return replay(spec, entry["calls"], entry["config"])
 
 

@@ -7,8 +7,9 @@ absolute counters only.  Across the id wraparound (``id_start = 2**31 - 2``,
 dead one and, not being a drain chunk either, is rejected as stale.
 (``_validate`` below is impl's with only that test added to ``live``.)
 
-Must be caught by: CONFORMANCE (the boundary campaign's id-wrap program: a
-live handle gives StaleHandle); the random campaigns never reach 2**31 ids.
+Must be caught by: PROM (the boundary campaign's id-wrap program: a live
+handle a reader was promised gives StaleHandle; CONFORMANCE sees it too); the
+random campaigns never reach 2**31 ids.
 """
 
 from shmspec import impl as _impl

@@ -1,0 +1,45 @@
+"""Same seed, same findings: three ci gate runs (lockstep campaigns) on impl
+and on vLLM 0.33.0 report the same properties from the same campaigns, and
+the same shrunk steps wherever shrinking finished within its budget."""
+
+from __future__ import annotations
+
+import pytest
+
+from shmspec.conformance.gate import run_gate
+from shmspec.conformance.loader import TargetError, load_target
+from shmspec.conformance.machine import CAMPAIGNS
+
+pytestmark = pytest.mark.slow
+
+
+def _runs(spec, campaigns, n=3):
+    try:
+        target = load_target(spec)
+    except TargetError as exc:
+        pytest.skip(f"registry unreachable: {exc}")
+    return [run_gate(target, "ci", 0, campaigns=campaigns, concurrency="off") for _ in range(n)]
+
+
+def _findings(result):
+    return [(v.property, v.campaign) for v in result.violations]
+
+
+def test_impl_same_verdicts_every_run():
+    runs = _runs("impl", CAMPAIGNS)
+    assert all(r.verdict == "pass" for r in runs)
+    assert runs[0].properties == runs[1].properties == runs[2].properties
+    assert [c.steps for c in runs[0].campaigns] == [c.steps for c in runs[1].campaigns] == \
+        [c.steps for c in runs[2].campaigns]  # the same exploration, step for step
+
+
+def test_vllm_same_findings_every_run():
+    chosen = tuple(c for c in CAMPAIGNS if c.name in ("core", "stale", "protocol", "exc"))
+    runs = _runs("vllm==0.33.0", chosen)
+    first = _findings(runs[0])
+    assert first and all(_findings(r) == first for r in runs[1:]), [_findings(r) for r in runs]
+    assert {"PROM", "EXC", "NRR"} <= {p for p, _ in first}
+    for i, v in enumerate(runs[0].violations):
+        others = [r.violations[i] for r in runs[1:]]
+        if v.shrink_complete and all(o.shrink_complete for o in others):
+            assert all(o.steps == v.steps for o in others), (v.property, v.campaign)

@@ -1,0 +1,69 @@
+"""The faults campaign (LIVE): processes SIGKILLed at fixed points, on impl,
+on vLLM's store and on a seeded fault; every finding re-runs from its config."""
+
+from __future__ import annotations
+
+import pytest
+
+from shmspec.conformance import gate
+from shmspec.conformance.faults import LIVE_BOUND, SCENARIOS, replay_fault, run_scenario
+from shmspec.conformance.loader import TargetError, load_target
+from shmspec.conformance.mutants import MUTANTS_DIR
+from shmspec.conformance.session import SessionConfig
+
+
+def _target(spec):
+    try:
+        return load_target(spec)
+    except TargetError as exc:
+        pytest.skip(f"registry unreachable: {exc}")
+
+
+def _campaign(spec, writer_lock=False):
+    return gate._run_campaign(_target(spec), gate.FAULTS, gate.GATE_PROFILES["ci"], 0,
+                              SessionConfig(writer_lock=writer_lock))
+
+
+@pytest.mark.parametrize("writer_lock", [False, True], ids=["vllm-construction", "writer-lock"])
+def test_impl_survives_every_process_fault(writer_lock):
+    res = _campaign("impl", writer_lock)
+    assert res.completed and res.error is None and res.violations == [], [v.message for v in res.violations]
+    scen = res.rates["scenarios"]
+    assert set(scen) == set(SCENARIOS)
+    assert scen["reader_killed_in_lock"]["reachable"] is False  # impl's get takes no lock
+    assert scen["reader_killed_mid_get"]["reachable"] and scen["writer_killed_mid_put"]["reachable"]
+    assert all(s["longest_step_seconds"] < LIVE_BOUND for s in scen.values())
+
+
+def test_mid_get_kill_reaches_the_pin_the_writer_must_pass():
+    """impl: r1 dies at deserialize holding its hazard pin on h1; the writer's
+    puts wrap onto h1's bytes (address 256 = 0 mod B) and r2 reads every one."""
+    res = run_scenario(_target("impl"), "reader_killed_mid_get")
+    kill = [s for s in res.steps if s["action"] == "SIGKILL"]
+    assert kill and kill[0]["args"] == {"at": "deserialize"}
+    puts = [s["observed"] for s in res.steps if s["action"] == "put" and s["process"] == "writer"]
+    assert any(o.startswith("handle (256,") for o in puts), puts
+    assert res.findings == []
+
+
+def test_vllm_reader_killed_in_the_lock_hangs_the_others():
+    res = _campaign("vllm==0.33.0")
+    assert res.completed
+    live = [v for v in res.violations if v.property == "LIVE"]
+    assert len(live) == 1 and live[0].config["scenario"] == "reader_killed_in_lock"
+    assert "reader r2's get did not return within 5 s" in live[0].message
+    assert "killed holding the reader lock" in live[0].message and "lock_acquire" in live[0].message
+    assert live[0].calls() == [] and live[0].steps[-1]["violations"]
+    assert replay_fault("vllm==0.33.0", live[0].config, "LIVE").startswith("LIVE: reader r2's get")
+
+
+def test_seeded_fault_dead_pin_waited_is_caught():
+    res = _campaign(f"file:{MUTANTS_DIR / 'dead_pin_waited.py'}")
+    live = [v for v in res.violations if v.property == "LIVE"]
+    assert live and live[0].config["scenario"] == "reader_killed_mid_get"
+    assert "the writer's put did not return within 5 s" in live[0].message and "pin_wait" in live[0].message
+
+
+def test_unknown_scenario_is_a_clear_error():
+    with pytest.raises(ValueError, match="unknown fault scenario 'nope'"):
+        run_scenario(_target("impl"), "nope")
