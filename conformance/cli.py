@@ -179,15 +179,9 @@ def _canonical_target(spec: str) -> str:
     return spec
 
 
-_INTERRUPTED: list[int] = interrupt.SIGNALS
-"""Signals that interrupted the running command, recorded by the handler before
-it raises (:mod:`.interrupt`): a KeyboardInterrupt raised where Python
-swallows it (a garbage collection callback: "Exception ignored in ...") is
-raised again at the gate's next step, and the command ends with exit 130,
-never a verdict."""
-
-
 def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
+    # recorded first (conformance/interrupt.py): if Python swallows the
+    # KeyboardInterrupt, the gate's next step raises it again
     interrupt.record(signum)
     raise KeyboardInterrupt(f"signal {signum}")
 
@@ -224,8 +218,7 @@ def _interruptible(run: Callable[[], int]) -> int:
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, _terminate_as_interrupt)
         status = run()
-        if _INTERRUPTED:  # the KeyboardInterrupt was swallowed somewhere: still no verdict
-            raise KeyboardInterrupt(f"signal {_INTERRUPTED[0]}")
+        interrupt.check()  # the KeyboardInterrupt was swallowed somewhere: still no verdict
         return status
     except KeyboardInterrupt:
         Console(stderr=True).print("shmspec: interrupted; worker processes stopped, segments removed",

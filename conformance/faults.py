@@ -38,7 +38,7 @@ from typing import Any
 
 from . import interrupt
 from .loader import LoadedTarget
-from .procs import ProcessPool, ScheduleError, StepOutcome, encode_value
+from .procs import ProcessPool, ScheduleError, StepOutcome, _label, encode_value
 from .serde import Blob
 
 LIVE_BOUND = 5.0
@@ -153,10 +153,6 @@ class _Run:
                                 f"{_render(r['value'])}, not the object put under it, after {_label(self.killed)} "
                                 f"was killed {self.held}")
         return True
-
-
-def _label(name: str | None) -> str:
-    return "the writer" if name == "writer" else f"reader {name}"
 
 
 def _short(args: dict) -> dict:

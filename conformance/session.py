@@ -231,6 +231,10 @@ class Session:
         for name in self.config.readers:
             d[name] = d.get(name, 0) + 1
 
+    def _made(self, ident: tuple[int, int, int], reader: str) -> None:
+        d = self.made.setdefault(ident, {})
+        d[reader] = d.get(reader, 0) + 1
+
     def owed(self, r: HandleRef, reader: str) -> int:
         """Reads ``reader`` was promised of ``r``'s handle and has not made
         (0 for a handle issued before the latest ``clear()``)."""
@@ -504,18 +508,17 @@ class Session:
         reader was promised, and has not made, fails."""
         if call.process == M.WRITER or call.args.get("forge") or call.args.get("fields") or r.epoch != self.epoch:
             return []
-        owed = self.owed(r, call.process)
+        ident = self.ident(r)
         if obs.ok:
             if obs.value == Blob(r.data):
-                d = self.made.setdefault(self.ident(r), {})
-                d[call.process] = d.get(call.process, 0) + 1
+                self._made(ident, call.process)
             return []
-        if owed > 0 and self.accounting and not (obs.error or "").startswith("Crash"):
-            over = [f"{name} read it {n - self.promised[self.ident(r)].get(name, 0)} more time(s) than promised"
-                    for name, n in self.made.get(self.ident(r), {}).items()
-                    if n > self.promised[self.ident(r)].get(name, 0)]
+        if self.owed(r, call.process) > 0 and self.accounting and not (obs.error or "").startswith("Crash"):
+            promised = self.promised[ident]
+            over = [f"{name} read it {n - promised.get(name, 0)} more time(s) than promised"
+                    for name, n in self.made.get(ident, {}).items() if n > promised.get(name, 0)]
             return [("PROM", f"{call.process}'s promised read of {r.ref} {(r.address, r.id)} failed with "
-                             f"{render(obs)} ({self.account_text(self.ident(r))}"
+                             f"{render(obs)} ({self.account_text(ident)}"
                              + (f"; {', '.join(over)}" if over else "") + ")")]
         return []
 
@@ -571,8 +574,7 @@ class Session:
                 and self.made.get(self.ident(r), {}).get(call.process, 0) > 0):
             # vLLM 0.12 - 0.31's receiver acknowledges a cached item by touching
             # it; a touch before its own first get is the pre-touch of a new item.
-            d = self.made[self.ident(r)]
-            d[call.process] += 1
+            self._made(self.ident(r), call.process)
         return a, exp, obs, []
 
     def _do_release_touches(self, call: Call):

@@ -454,19 +454,8 @@ class SingleWriterShmObjectStorage:
         if id in self._touched:
             return False
         promised = self._writer_flag.get(id, 0)
-        ring = self.ring_buffer
-        table = ring.reader_table
-        if table is None:
-            return True
-        abs_counter = candidate_abs(id, ring._abs_end)
-        base = ring._base.get(abs_counter)
-        acks = table.acks(abs_counter)
-        if not base:  # as reads_since_alloc: no base recorded counts from 0
-            return not acks or min(acks) >= promised
-        for ack, at_alloc in zip(acks, base):  # every slot: reads since allocation >= promised
-            if ack - at_alloc < promised:
-                return False
-        return True
+        reads = self.ring_buffer.reads_since_alloc(id)
+        return not reads or min(reads) >= promised  # every slot: reads >= promised
 
     def reads(self, monotonic_id: int) -> tuple[int, ...]:
         """Writer: reads acknowledged for live chunk ``monotonic_id``, per
