@@ -63,9 +63,13 @@ CONTROLLED = Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="control
 FAULTS = Campaign("faults", frozenset(), frozenset({"LIVE", "NRR"}), mode="faults")
 """Process faults (conformance/faults.py): a reader SIGKILLed in the reader
 lock and mid-get, the writer mid-put; LIVE and NRR for the survivors."""
+SW_CAMPAIGN = Campaign("sw", frozenset(), frozenset({"SW"}), mode="threads")
+"""Two threads on one writer (conformance/sw.py): each pair of writer
+operations under a preemption sweep of the first one's yield points."""
 CONCURRENT_CAMPAIGNS: dict[str, tuple[Campaign, ...]] = {
-    "controlled": (PREEMPTION, CONTROLLED, FAULTS),
-    "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"), FAULTS),
+    "controlled": (PREEMPTION, CONTROLLED, FAULTS, SW_CAMPAIGN),
+    "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"), FAULTS,
+             SW_CAMPAIGN),
     "off": (),
 }
 
@@ -129,7 +133,7 @@ class Violation:
         if self.concurrency == "controlled":
             return [{"process": s["process"], "kind": s["kind"], "action": s["action"], "args": s["args"]}
                     for s in self.steps]
-        if self.concurrency in ("free", "faults"):
+        if self.concurrency in ("free", "faults", "threads"):
             return []  # re-run from config (a free run's seed, load and geometry; a fault scenario's name)
         return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
 
@@ -162,6 +166,10 @@ class CampaignResult:
     """Why a check ran out of budget (its properties are then "unknown", never "pass")."""
     rates: dict[str, Any] = field(default_factory=dict)
     """Throughput measured by the campaign (free-running: ops per second)."""
+    not_claimed: dict[str, str] = field(default_factory=dict)
+    """Property -> why the target's contract does not claim it (SW on a
+    store that confines its writer to one thread); its verdict is then
+    ``not-claimed`` unless another campaign fails it."""
 
 
 @dataclass
@@ -186,7 +194,8 @@ class GateResult:
     def properties(self) -> dict[str, str]:
         """Verdict per property: fail if any violation; pass if a campaign that
         checks it ran to the end; unknown if the only campaigns that check it
-        ran out of budget; otherwise not-checked."""
+        ran out of budget; not-claimed if the target's contract does not claim
+        it (a campaign ran it and reported what it saw); otherwise not-checked."""
         out = {}
         failed = {v.property for v in self.violations}
         for pid in ALL_PROPERTIES:
@@ -196,6 +205,8 @@ class GateResult:
                 out[pid] = "pass"
             elif any(c.unknown and pid in c.checks for c in self.campaigns):
                 out[pid] = "unknown"
+            elif any(pid in c.not_claimed for c in self.campaigns):
+                out[pid] = "not-claimed"
             else:
                 out[pid] = "not-checked"
         return out
@@ -321,6 +332,8 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
         return _run_free(target, gp, seed, base, res)
     if campaign.mode == "faults":
         return _run_faults(target, base, res)
+    if campaign.mode == "threads":
+        return _run_sw(target, base, res)
     if campaign.mode == "program":
         return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled")
     if campaign.mode in ("controlled", "preemption"):
@@ -434,6 +447,47 @@ def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) 
             res.violations.append(Violation(f.property, f"{name}: {f.message}", "faults", 0, f.steps, cfg,
                                             concurrency="faults", detected_seconds=time.monotonic(),
                                             detected_steps=res.steps))
+    else:
+        res.completed = True
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _run_sw(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:
+    """Every SW scenario's preemption sweep, in a forked child (fixed
+    programs: no seed, no shrinking); a scenario's finding becomes a violation
+    whose config names the scenario and the preemption point
+    (:func:`.sw.replay_sw`).  On a target whose contract confines its writer
+    to one thread the findings go to ``rates["not_claimed"]`` instead."""
+    from .sw import DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, run_all
+
+    t0 = time.monotonic()
+    results, error = run_all(target, base.writer_lock)
+    claimed = target.profile.sw == "threads"
+    res.rates = {"contract": target.profile.sw, "scenarios": {}}
+    unclaimed = []
+    for r in results:
+        res.examples += 1
+        res.steps += r.schedules
+        res.rates["scenarios"][r.scenario] = {"schedules": r.schedules, "seconds": round(r.seconds, 2),
+                                              "findings": [f.message for f in r.findings], "note": r.note}
+        for f in r.findings:
+            cfg = {"scenario": r.scenario, "k": f.k, "data_buffer_size": DATA_BUFFER_SIZE,
+                   "max_object_size": MAX_OBJECT_SIZE, "writer_lock": base.writer_lock}
+            if not claimed:
+                unclaimed.append({"scenario": r.scenario, "k": f.k, "message": f.message})
+            elif f.property not in base.excused:
+                res.violations.append(Violation(f.property, f"{r.scenario} (A preempted at its yield point {f.k}): "
+                                                f"{f.message}", "sw", 0, f.steps, cfg, concurrency="threads",
+                                                detected_seconds=time.monotonic(), detected_steps=res.steps))
+    if not claimed:
+        res.checks = []
+        res.not_claimed = {"SW": "the target's contract confines its writer to one thread"
+                                 + (f" ({len(unclaimed)} scenario(s) corrupt it when two threads share it)"
+                                    if unclaimed else "")}
+        res.rates["not_claimed"] = unclaimed
+    if error:
+        res.error = error
     else:
         res.completed = True
     res.seconds = time.monotonic() - t0

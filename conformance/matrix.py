@@ -56,6 +56,7 @@ GATE_COMMAND: list[str] = [sys.executable, "-m", "shmspec.conformance.cli", "che
 each cell is exactly a ``shmspec check`` run.  Tests substitute a smaller gate."""
 
 CELL_STYLE = {"pass": ("pass", "green"), "fail": ("FAIL", "bold red"), "not-checked": ("n/c", "yellow"),
+              "not-claimed": ("n/cl", "cyan"),
               "unknown": ("?", "bold yellow")}
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta", "unknown": "bold yellow"}
 
@@ -397,7 +398,8 @@ def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Tabl
 
 
 LEGEND = ("pass: holds   FAIL: violated   n/c: not checked (no campaign checking it could run on that store)   "
-          "?: unknown (out of budget)   each cell links to its gate report")
+          "?: unknown (out of budget)   n/cl: not claimed by the store's contract (SW: its writer is one thread's)   "
+          "each cell links to its gate report")
 
 
 def summary_lines(res: MatrixResult) -> list[str]:

@@ -27,7 +27,7 @@ from shmspec.model.properties import DESCRIPTIONS
 
 SCHEMA = "shmspec.report/1"
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
-                 "unknown": "bold yellow"}
+                 "unknown": "bold yellow", "not-claimed": "cyan"}
 
 
 def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
@@ -63,6 +63,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
                 "mode": c.mode,
                 "unknown": c.unknown,
                 "rates": c.rates,
+                "not_claimed": c.not_claimed,
                 "violations": [f"V{result.violations.index(v) + 1}" for v in c.violations],
             }
             for c in result.campaigns
@@ -184,6 +185,7 @@ def violation_panel(n: int, v: Violation) -> Panel:
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
                             else f"{len(v.steps)} steps of a fixed fault scenario" if v.concurrency == "faults"
+                            else f"{len(v.steps)} steps of a fixed two-thread schedule" if v.concurrency == "threads"
                             else f"{len(v.steps) - 1} spec steps (TLC's shortest counterexample)"
                             if v.concurrency == "spec"
                             else f"{len(v.steps)} steps after shrinking"
@@ -224,6 +226,15 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                 if c.rates.get("stopped_early") else ""
             console.print(f"campaign {c.name}: {c.examples} z3 boundary programs, {c.steps} steps, {wrap} id "
                           f"wraparound{early}")
+        if c.mode == "threads" and not c.error:
+            n = sum(d["schedules"] for d in c.rates.get("scenarios", {}).values())
+            console.print(f"campaign {c.name}: {c.examples} scenarios of two threads on one writer, {n} schedules "
+                          f"(contract: {c.rates.get('contract')})")
+            for pid, why in c.not_claimed.items():
+                console.print(f"[cyan]campaign {c.name}: {pid} not claimed: {why}[/]")
+                for f in c.rates.get("not_claimed", []):
+                    console.print(f"[cyan]  {f['scenario']} (A preempted at its yield point {f['k']}): "
+                                  f"{f['message']}[/]")
         if c.rates.get("ops_per_second"):
             console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
                           f"{c.rates['partitions']} handle histories checked")
@@ -301,6 +312,7 @@ import pytest
 from shmspec.conformance.faults import replay_fault
 from shmspec.conformance.replay import replay, replay_free
 from shmspec.conformance.schedule import replay_schedule
+from shmspec.conformance.sw import replay_sw
 
 TARGET = {target!r}
 CASES = json.loads(r"""
@@ -316,6 +328,8 @@ def test_counterexample_no_longer_violates(case):
         found = replay_free(TARGET, case["config"], case["property"])
     elif case.get("concurrency") == "faults":  # re-runs the named process-fault scenario
         found = replay_fault(TARGET, case["config"], case["property"])
+    elif case.get("concurrency") == "threads":  # re-runs the named two-thread schedule
+        found = replay_sw(TARGET, case["config"], case["property"])
     else:
         found = replay(TARGET, case["calls"], case["config"])
     assert found is None, f"{{case['property']}} still violated: {{found}}"

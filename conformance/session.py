@@ -46,7 +46,7 @@ BAD_FIELDS = {
 """Malformed handle fields a reader may be handed (each must give ValueError)."""
 
 
-SEVERITY = ("NRR", "DISJ", "RC", "EXC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "PROM", "PROG", "OOM", "LEAK",
+SEVERITY = ("NRR", "DISJ", "RC", "EXC", "FIFO", "WRAP", "CLR", "AUTH", "DUP", "SIZE", "LOCK", "PROM", "PROG", "LIVE", "SW", "OOM", "LEAK",
             "CONFORMANCE")
 
 INTERRUPT_POINTS: dict[str, tuple[str, ...]] = {

@@ -12,6 +12,7 @@ from typing import Literal
 
 TouchMode = Literal["none", "counting", "protecting"]
 ClrContract = Literal["drain", "strict"]
+SwContract = Literal["threads", "one-thread"]
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,12 @@ class Profile:
             ``"drain"`` (vLLM's, every release: a pre-clear handle may resolve
             after the clear to its own object, never to another) or
             ``"strict"`` (no pre-clear handle resolves after the clear).
+        sw: the SW contract (SEMANTICS.md, SW): ``"threads"`` (two threads
+            may use the writer at once: it serializes them or refuses, impl)
+            or ``"one-thread"`` (the store confines its writer to one thread:
+            vLLM's ring docstring, every release, says only one
+            process/thread should write; SW findings are then reported as not
+            claimed and do not fail).
     """
 
     name: str
@@ -68,6 +75,7 @@ class Profile:
     drain: bool = False
     chunk_cap: bool = False
     clr: ClrContract = "drain"
+    sw: SwContract = "one-thread"
 
 
 def impl_max_chunks(data_buffer_size: int) -> int:
@@ -101,6 +109,7 @@ IMPL = Profile(
     per_reader=True,
     drain=True,
     chunk_cap=True,
+    sw="threads",
 )
 IMPL_STRICT = Profile(
     "impl-strict",
@@ -115,6 +124,7 @@ IMPL_STRICT = Profile(
     drain=False,
     chunk_cap=True,
     clr="strict",
+    sw="threads",
 )
 """impl's contract with the stricter CLR: no handle issued before a
 ``clear()`` resolves after it (for stores that choose it)."""

@@ -21,7 +21,7 @@ from .store import Action, Outcome, State, is_free
 
 PROPERTY_IDS: tuple[str, ...] = (
     "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC", "PROM",
-    "PROG", "LIVE",
+    "PROG", "LIVE", "SW",
 )
 
 DESCRIPTIONS: dict[str, str] = {
@@ -46,6 +46,8 @@ DESCRIPTIONS: dict[str, str] = {
             "chunk stays pinned by a count that never reaches its threshold",
     "LIVE": "no operation of a live process blocks longer than a stated bound, whatever another process did "
             "(killed mid-get, in the reader lock, mid-put); the survivors get no wrong object",
+    "SW": "two threads using one writer at once are serialized or refused: no exception outside the taxonomy, no "
+          "key without its live chunk or chunk without its key, no handle that reads back wrong",
     "CONFORMANCE": "the target's outcomes and state agree with the reference model",
 }
 

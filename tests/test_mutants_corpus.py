@@ -25,6 +25,7 @@ from shmspec.conformance.faults import replay_fault
 from shmspec.conformance.mutants import faults
 from shmspec.conformance.replay import replay
 from shmspec.conformance.schedule import replay_schedule
+from shmspec.conformance.sw import replay_sw
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "mutants"
 FAULTS = faults()
@@ -42,6 +43,8 @@ def _replay(spec: str, entry: dict) -> str | None:
         return replay_schedule(spec, entry["calls"], entry["config"])
     if entry["concurrency"] == "faults":
         return replay_fault(spec, entry["config"], entry["property"])
+    if entry["concurrency"] == "threads":
+        return replay_sw(spec, entry["config"], entry["property"])
     return replay(spec, entry["calls"], entry["config"])
 
 

@@ -36,8 +36,8 @@ def main(argv: list[str]) -> int:
         steps = v["steps"]
         if v["concurrency"] == "controlled":
             calls = [{k: s[k] for k in ("process", "kind", "action", "args")} for s in steps]
-        elif v["concurrency"] == "faults":
-            calls = []  # a fixed fault scenario: re-run from its config (scenario name)
+        elif v["concurrency"] in ("faults", "threads"):
+            calls = []  # a fixed scenario: re-run from its config (scenario name; SW: and the preemption point)
         else:
             calls = [{k: s[k] for k in ("process", "action", "args")} for s in steps if s["action"] != "close"]
         entry = {"fault": row["name"], "property": v["property"], "campaign": v["campaign"],
