@@ -96,15 +96,21 @@ class Agreement:
     sample_only_model: list[State] = field(default_factory=list)
     model_violated: list[str] = field(default_factory=list)
     model_seconds: float = 0.0
+    symmetric: bool = True
+    """TLC ran with the config's SYMMETRY (reader and key permutations), as
+    the model always enumerates; without it (the liveness configs) TLC counts
+    every permutation apart, and only the sets, taken up to symmetry, compare."""
 
     @property
     def ok(self) -> bool:
-        """The two sets of abstract states are equal."""
-        return self.only_tlc == 0 and self.only_model == 0 and self.tlc_distinct == self.model_distinct
+        """The two sets of abstract states are equal (up to symmetry), and so
+        are the counts when TLC reduced by symmetry too."""
+        return (self.only_tlc == 0 and self.only_model == 0
+                and (not self.symmetric or self.tlc_distinct == self.model_distinct))
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "config": self.config, "agree": self.ok,
+            "config": self.config, "agree": self.ok, "symmetric": self.symmetric,
             "tlc": {"distinct": self.tlc_distinct, "generated": self.tlc_generated, "depth": self.tlc_depth},
             "model": {"distinct": self.model_distinct, "generated": self.model_generated, "depth": self.model_depth,
                       "seconds": round(self.model_seconds, 3), "violated": self.model_violated},
@@ -131,7 +137,7 @@ def compare(cf: ConfigFile, holds: TlcResult, dump: Path) -> Agreement:
     only_model = ex.states - tlc_states
     return Agreement(cf.name, holds.distinct, holds.generated, holds.depth, len(ex.states), ex.generated, ex.depth,
                      len(only_tlc), len(only_model), sorted(only_tlc)[:SAMPLE], sorted(only_model)[:SAMPLE],
-                     sorted(ex.violated), seconds)
+                     sorted(ex.violated), seconds, cf.symmetry)
 
 
 # --------------------------------------------------------------- traces
@@ -274,6 +280,16 @@ def _message(cfg: Config, invariant: str, last: State) -> str | None:
             for h in last.issued:
                 if h[0] >= last.clear_at and last.starts[r][h[0]] == 0 and not last.pub_start <= h[0] < last.pub_end:
                     return MESSAGES["PROM"].format(h=_handle(h), r=R[r])
+    if invariant == "PROGLive":  # the lasso's last state repeats for ever
+        for c in last.chunks:
+            unread = [R[r] for r in range(len(R)) if last.starts[r][c[0]] == 0]
+            stuck = [R[r] for r in range(len(R)) if last.pc[r] != "idle" and last.hd[r][0] == c[0]]
+            why = "; ".join(([f"{', '.join(unread)} never reads it"] if unread else [])
+                            + ([f"{', '.join(stuck)} started a get of it and never finishes"] if stuck else []))
+            if why:
+                return (f"allocation h{c[0] + 1} stays in the ring for ever: {why}, so it is never reclaimed and "
+                        f"blocks the FIFO head (PROG's client rule broken: every promised read made)")
+            return f"allocation h{c[0] + 1} stays in the ring for ever, every reader having read it"
     return None
 
 

@@ -91,15 +91,20 @@ class GateProfile:
     """Examples and scheduled steps per example of the controlled campaign."""
     free_seconds: float = 5.0
     """Length of the free-running load (seconds)."""
+    distinct: int = 0
+    """Distinct findings: how many violations beyond the first of each
+    property the lockstep campaigns and boundary programs may report, gate-wide,
+    each failing at another step kind than the earlier ones of its property
+    (then every property found is excused outright)."""
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
     "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=15,
-                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0),
+                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=2),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
-                       scheduled_examples=200, scheduled_steps=60, free_seconds=20.0),
+                       scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6),
     "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,
-                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0),
+                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0, distinct=24),
 }
 
 
@@ -128,6 +133,10 @@ class Violation:
     False when the time budget cut it (the trace may differ between runs; the
     property and campaign do not).  None where nothing is shrunk."""
 
+    occurrence: int = 1
+    """1 for the first violation of its property in the gate; n > 1 for a
+    distinct finding (its failing step kind differs from the n - 1 before)."""
+
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
         if self.concurrency == "controlled":
@@ -147,6 +156,8 @@ class Violation:
             "config": self.config,
             "steps": self.steps,
             "shrink_complete": self.shrink_complete,
+            "occurrence": self.occurrence,
+            "cause": getattr(self.exc, "cause", None),
         }
 
 
@@ -282,7 +293,7 @@ def run_gate(
         raise ValueError(f"unknown concurrency mode {concurrency!r} (choose from {', '.join(CONCURRENCY_MODES)})")
     campaigns = tuple(campaigns) + CONCURRENT_CAMPAIGNS[concurrency]
     if first_finding_only:
-        gp = replace(gp, rounds=1, final_round=False)
+        gp = replace(gp, rounds=1, final_round=False, distinct=0)
     if seed is None:
         seed = 0 if gp.deterministic else random.randrange(2**32)
     config = config or SessionConfig()
@@ -295,7 +306,7 @@ def run_gate(
             _engine.MAX_SHRINKING_SECONDS = gp.shrink_seconds
         with seed_only():
             config = _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0,
-                                    on_progress)
+                                    on_progress, Findings(gp.distinct))
     finally:
         if saved_budget is not None:
             _engine.MAX_SHRINKING_SECONDS = saved_budget
@@ -305,7 +316,7 @@ def run_gate(
                       config.writer_lock)
 
 
-def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress):
+def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress, found):
     """Every campaign in turn (``results`` gets each); returns the config with
     the findings excused."""
     for i, campaign in enumerate(campaigns):
@@ -313,21 +324,24 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
         if on_progress:
             on_progress(campaign.name, i, len(campaigns))
         steps_before = sum(r.steps for r in results)
-        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced)
+        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced, found)
         _rebase_detection(res, t0, steps_before)
         results.append(res)
         if campaign.mode == "preemption":
             raced |= {v.property for v in res.violations}
-        # A finding is not hunted again by later campaigns: they start with it excused.
+        # A finding is not hunted again by later campaigns: they start with it
+        # excused (at its step kind while distinct findings are still wanted).
         for v in res.violations:
             if v.exc is not None:
-                config = _excuse(config, v.exc)
+                config = found.excuse(config, v.exc)
     return config
 
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,
-                  concurrency: str = "off", raced: set[str] | frozenset[str] = frozenset()) -> CampaignResult:
+                  concurrency: str = "off", raced: set[str] | frozenset[str] = frozenset(),
+                  found: Findings | None = None) -> CampaignResult:
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
+    found = found if found is not None else Findings(gp.distinct)
     if campaign.mode == "free":
         return _run_free(target, gp, seed, base, res)
     if campaign.mode == "faults":
@@ -335,7 +349,7 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
     if campaign.mode == "threads":
         return _run_sw(target, base, res)
     if campaign.mode == "program":
-        return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled")
+        return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled", found=found)
     if campaign.mode in ("controlled", "preemption"):
         # Races are findings of their own: only CONFORMANCE excusals carry
         # over, and what the preemption sweep found (``raced``).
@@ -346,7 +360,7 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
             with ProcessPool(target, base.readers) as pool:
                 return _run_rounds(target, campaign, gp, seed, base, res,
                                    lambda config: scheduled_machine(target, config, pool),
-                                   gp.scheduled_examples, gp.scheduled_steps)
+                                   gp.scheduled_examples, gp.scheduled_steps, Findings())
         except ScheduleError as exc:
             res.error = f"ScheduleError: {exc}"
             return res
@@ -354,7 +368,7 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
         res.skipped = f"profile {target.profile.name} has no {'signed handles' if campaign.needs_signed else 'touch'}"
         return res
     return _run_rounds(target, campaign, gp, seed, base, res,
-                       lambda config: machine_for(target, campaign, config), gp.max_examples, gp.step_count)
+                       lambda config: machine_for(target, campaign, config), gp.max_examples, gp.step_count, found)
 
 
 def _rebase_detection(res: CampaignResult, t0: float, steps_before: int) -> None:
@@ -367,11 +381,17 @@ def _rebase_detection(res: CampaignResult, t0: float, steps_before: int) -> None
             v.detected_steps += steps_before
 
 
-def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_examples, step_count) -> CampaignResult:
+def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_examples, step_count,
+                found: Findings) -> CampaignResult:
+    """Rounds of one campaign, each carried past the findings before it: a
+    new property's finding takes one of ``gp.rounds``, a distinct finding of a
+    property already found takes none (``found``'s budget bounds those)."""
     config = base
     t0 = time.monotonic()
-    for round_ in range(gp.rounds + 1):
-        if round_ == gp.rounds:
+    limit, round_ = gp.rounds, -1
+    while round_ < limit:
+        round_ += 1
+        if round_ == limit:
             if res.completed or res.error or not res.violations or not gp.final_round:
                 break
             # Out of rounds: one last run for the properties alone, with every
@@ -403,8 +423,11 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
                                             detected_seconds=counters.get("failed_at", time.monotonic()),
                                             detected_steps=res.steps + counters.get("failed_steps",
                                                                                     counters["steps"]),
-                                            shrink_complete=shrink_used < gp.shrink_seconds))
-            config = _excuse(config, exc)
+                                            shrink_complete=shrink_used < gp.shrink_seconds,
+                                            occurrence=found.record(exc)))
+            if res.violations[-1].occurrence > 1:
+                limit += 1
+            config = found.excuse(config, exc)
         except Flaky as exc:
             res.error = f"the target behaved non-deterministically: {str(exc).splitlines()[0]}"
         except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
@@ -536,7 +559,7 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
 
 
 def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, res: CampaignResult,
-                  scheduled: bool = False) -> CampaignResult:
+                  scheduled: bool = False, found: Findings | None = None) -> CampaignResult:
     """The boundary campaign: every z3-generated program (conformance/boundary.py)
     on a fresh session.  A program that breaks a property is rerun with it
     excused (as campaigns are, up to ``gp.rounds`` times), so later findings
@@ -550,6 +573,7 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
     t0 = time.monotonic()
     config = base
     warped = False
+    found = found if found is not None else Findings(gp.distinct)
     try:
         everything = programs(base, include_unreachable=True)
         progs = [p for p in everything if p.unreachable is None]
@@ -580,8 +604,8 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
                 res.violations.append(Violation(exc.prop, f"program {prog.name} ({prog.edge}): {exc.message}",
                                                 "boundary", round_, [s.to_json() for s in exc.steps],
                                                 _config_json(config), exc, detected_seconds=time.monotonic(),
-                                                detected_steps=res.steps))
-                config = _excuse(config, exc)
+                                                detected_steps=res.steps, occurrence=found.record(exc)))
+                config = found.excuse(config, exc)
             warped = warped or prog.needs_warp
         if scheduled:
             _run_programs_scheduled(target, [p for p in progs if has_warp or not p.needs_warp], base, res,
@@ -698,6 +722,37 @@ def _count(machine: type, counters: dict[str, Any]) -> None:
     machine.__init__ = counting_init
     machine._run = counting_run
     machine.teardown = marking_teardown
+
+
+@dataclass
+class Findings:
+    """Gate-wide: the failing step kinds found per property, and how many
+    distinct findings (beyond the first of each property) may still be reported."""
+
+    extra: int = 0
+    actions: dict[str, list[str]] = field(default_factory=dict)
+    """Property -> the causes (failing step kinds, e.g. ``get/cleared``) found, in order."""
+
+    def record(self, exc: PropertyViolation) -> int:
+        """Count a violation; its occurrence (1: its property's first)."""
+        if exc.prop == "CONFORMANCE":
+            return 1
+        seen = self.actions.setdefault(exc.prop, [])
+        if seen:
+            self.extra -= 1
+        seen.append(getattr(exc, "cause", "") or exc.action)
+        return len(seen)
+
+    def excuse(self, config: SessionConfig, exc: PropertyViolation) -> SessionConfig:
+        """Excuse the violation in ``config``: only at its step kind while the
+        budget lasts (so another cause of the property still surfaces), else
+        every property found, outright."""
+        cause = getattr(exc, "cause", "") or exc.action
+        if exc.prop == "CONFORMANCE" or cause == "":
+            return _excuse(config, exc)
+        if self.extra > 0:
+            return replace(config, excused=config.excused | {f"{exc.prop}@{cause}"})
+        return replace(config, excused=config.excused | set(self.actions))
 
 
 def _excuse(config: SessionConfig, exc: PropertyViolation) -> SessionConfig:

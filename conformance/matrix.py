@@ -189,8 +189,9 @@ def _last_line(path: Path) -> str:
     return lines[-1] if lines else ""
 
 
-GROUP_DIR = re.compile(r"impl|vllm-\d+\.\d+\.\d+")
-"""The names of the group folders matrix writes (:attr:`Group.dirname`, ``impl``)."""
+GROUP_DIR = re.compile(r"impl|impl-writer-lock|vllm-\d+\.\d+\.\d+")
+"""The names of the group folders matrix writes (:attr:`Group.dirname`, ``impl``,
+``impl-writer-lock``)."""
 GATE_FILES = ("check.log", "report.json", "report.html", "repro_test.py")
 """What a cell's folder holds: the gate's log and its report files."""
 
@@ -231,9 +232,10 @@ def clear_previous(report_dir: Path) -> list[str]:
 
 
 def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concurrency: str | None,
-             env: dict[str, str] | None = None) -> dict[str, Any]:
+             env: dict[str, str] | None = None, writer_lock: bool = False) -> dict[str, Any]:
     """One ``shmspec check`` of ``target`` in a fresh process, writing its
     report into ``cell_dir`` and its console output to ``cell_dir/check.log``.
+    ``writer_lock`` runs the gate's ``--writer-lock`` construction.
     Returns the row's gate part: ``verdict``, ``properties``, ``seconds``
     (the gate's), ``wall_seconds``, ``exit_code``, ``error`` (the last log line
     when there is no report, else null).
@@ -250,6 +252,8 @@ def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concur
         cmd += ["--seed", str(seed)]
     if concurrency:
         cmd += ["--concurrency", concurrency]
+    if writer_lock:
+        cmd += ["--writer-lock"]
     log = cell_dir / "check.log"
     t0 = time.monotonic()
     with open(log, "w") as out:
@@ -318,16 +322,16 @@ class MatrixResult:
 
 
 def exit_status(rows: list[dict[str, Any]], errors: list[str]) -> int:
-    """1 when impl's row fails; else 2 when the matrix is incomplete (a
-    release not fetched, a cell whose verdict is ``error``); else 3 when
-    impl's verdict is ``unknown``; else 0.  vLLM rows failing do not count:
+    """1 when an impl row fails (either construction); else 2 when the matrix
+    is incomplete (a release not fetched, a cell whose verdict is ``error``);
+    else 3 when an impl row's verdict is ``unknown``; else 0.  vLLM rows failing do not count:
     the releases have known defects."""
-    impl = next((r for r in rows if r["releases"] == ["impl"]), None)
-    if impl is not None and impl["verdict"] == "fail":
+    impls = [r for r in rows if r["releases"] == ["impl"]]
+    if any(r["verdict"] == "fail" for r in impls):
         return 1
     if errors or any(r["verdict"] == "error" for r in rows):
         return 2
-    if impl is not None and impl["verdict"] == "unknown":
+    if any(r["verdict"] == "unknown" for r in impls):
         return 3
     return 0
 
@@ -341,18 +345,19 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
     ``on_done(row)`` after it.  Report paths in rows are relative to ``report_dir``."""
     out = MatrixResult(profile, seed, concurrency, started, res, (index or index_url()).rstrip("/"))
     env = {"SHMSPEC_INDEX_URL": index} if index else {}
-    cells: list[tuple[str, list[str], str, str | None, str, str]] = [
-        (g.label, g.versions, g.target, g.sha256, g.model_profile, g.dirname) for g in res.groups]
-    if impl:
-        cells.append(("impl", ["impl"], "impl", None, "impl", "impl"))
+    cells: list[tuple[str, list[str], str, str | None, str, str, bool]] = [
+        (g.label, g.versions, g.target, g.sha256, g.model_profile, g.dirname, False) for g in res.groups]
+    if impl:  # impl in both constructions: as vLLM builds its writer, and given the readers' lock
+        cells.append(("impl", ["impl"], "impl", None, "impl", "impl", False))
+        cells.append(("impl +writer lock", ["impl"], "impl", None, "impl", "impl-writer-lock", True))
     t0 = time.monotonic()
-    for i, (label, versions, target, sha, model_profile, dirname) in enumerate(cells):
+    for i, (label, versions, target, sha, model_profile, dirname, writer_lock) in enumerate(cells):
         if on_cell:
             on_cell(i, len(cells), label, target)
-        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env)
+        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock)
         has_report = (report_dir / dirname / "report.json").is_file()
         row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
-               "model_profile": model_profile, **gate,
+               "model_profile": model_profile, "construction": {"writer_lock": writer_lock}, **gate,
                "report": f"{dirname}/report.html" if has_report else None,
                "report_json": f"{dirname}/report.json" if has_report else None,
                "log": f"{dirname}/check.log"}
@@ -414,9 +419,9 @@ def summary_lines(res: MatrixResult) -> list[str]:
     for r in res.rows:
         if r["error"] and r["verdict"] == "error":
             lines.append(f"{r['label']}: gate error: {r['error']}")
-    impl = next((r for r in res.rows if r["releases"] == ["impl"]), None)
-    if impl is not None:
-        lines.append(f"impl: {impl['verdict'].upper()}" + (f" ({', '.join(failing(impl))})" if failing(impl) else ""))
+    for impl in (r for r in res.rows if r["releases"] == ["impl"]):
+        lines.append(f"{impl['label']}: {impl['verdict'].upper()}"
+                     + (f" ({', '.join(failing(impl))})" if failing(impl) else ""))
     return lines
 
 
@@ -500,7 +505,7 @@ def main(args, console, err) -> int:
     except OSError as exc:
         return fail(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        n_cells = len(res.groups) + (0 if args.no_impl else 1)
+        n_cells = len(res.groups) + (0 if args.no_impl else 2)
         bar = progress.add_task("gates", total=n_cells)
 
         def on_cell(i: int, total: int, label: str, target: str) -> None:

@@ -90,7 +90,7 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
         cexs, traces = [], []
         cfg = model_config(cf)
         for inv, res in check.found.items():
-            if res.status == "violation" and res.trace:
+            if res.status in ("violation", "liveness") and res.trace:
                 replay = replay_trace(cfg, res.trace)
                 cexs.append((counterexample(cf, inv, res, replay), replay))
                 traces.append(res.trace)

@@ -179,7 +179,10 @@ LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resu
 
 def violation_panel(n: int, v: Violation) -> Panel:
     mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
-    head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}\n",
+    cause = getattr(v.exc, "cause", None)
+    again = (f"  (finding {v.occurrence} of {v.property}: it fails at another step kind"
+             + (f", {cause}," if cause else "") + " than the earlier ones)" if v.occurrence > 1 else "")
+    head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}{again}\n",
                          (v.message, "red"),
                          f"\ncampaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"

@@ -115,8 +115,11 @@ class ConfigFile:
         path: the file.
         constants: ``CONSTANTS`` name -> TLA+ text of its value.
         invariants: the ``INVARIANTS`` it lists, in order.
-        expected: the invariants its ``\\* Expected:`` line says TLC must find
-            violated (empty: ``every invariant holds``).
+        expected: the invariants (or temporal properties) its ``\\* Expected:``
+            line says TLC must find violated (empty: ``every invariant holds``,
+            or ``every property holds``).
+        properties: the temporal ``PROPERTIES`` it lists (liveness under the
+            spec's fairness, ``FairSpec``), in order.
         comment: the leading comment lines, without ``\\*``.
     """
 
@@ -125,6 +128,10 @@ class ConfigFile:
     invariants: list[str]
     expected: list[str]
     comment: str = ""
+    properties: list[str] = field(default_factory=list)
+    symmetry: bool = True
+    """The config reduces by ``SYMMETRY`` (TLC's liveness checking is not
+    sound under it: the liveness configs do without)."""
 
     @property
     def name(self) -> str:
@@ -142,16 +149,19 @@ def read_config(path: Path) -> ConfigFile:
         text = path.read_text()
     except OSError as exc:
         raise TlcError(f"cannot read {path}: {exc}") from None
-    m = re.search(r"Expected:\s*(every invariant holds|([\w, ]+?) violated)\s*$", text, re.M)
+    m = re.search(r"Expected:\s*(every (?:invariant|property) holds|([\w, ]+?) violated)\s*$", text, re.M)
     if not m:
         raise TlcError(f"{path.name} states no '\\* Expected: every invariant holds' "
                        "or '\\* Expected: INV, ... violated' line")
     expected = [x.strip() for x in m.group(2).split(",")] if m.group(2) else []
     inv = re.search(r"^INVARIANTS?\s+(.*(?:\n[ \t]+\w.*)*)", text, re.M)
     invariants = inv.group(1).split() if inv else []
-    missing = [e for e in expected if e not in invariants]
+    prop = re.search(r"^PROPERT(?:Y|IES)\s+(.*(?:\n[ \t]+\w.*)*)", text, re.M)
+    properties = prop.group(1).split() if prop else []
+    missing = [e for e in expected if e not in invariants and e not in properties]
     if missing:
-        raise TlcError(f"{path.name} expects {', '.join(missing)} violated but does not list it under INVARIANTS")
+        raise TlcError(f"{path.name} expects {', '.join(missing)} violated but lists it under neither "
+                       f"INVARIANTS nor PROPERTIES")
     block = re.search(r"^CONSTANTS?\s*\n((?:[ \t]+.*\n?)*)", text, re.M)
     constants = {}
     for line in (block.group(1).splitlines() if block else []):
@@ -159,12 +169,18 @@ def read_config(path: Path) -> ConfigFile:
             k, v = line.split("=", 1)
             constants[k.strip()] = v.strip()
     comment = "\n".join(l[2:].strip() for l in text.splitlines() if l.startswith("\\*"))
-    return ConfigFile(path, constants, invariants, expected, comment)
+    symmetry = re.search(r"^SYMMETRY\s", text, re.M) is not None
+    return ConfigFile(path, constants, invariants, expected, comment, properties, symmetry)
 
 
-def parse_output(config: str, code: int, out: str, seconds: float) -> TlcResult:
-    """Parse TLC's text output (counts, depth, violated invariant, trace)."""
+def parse_output(config: str, code: int, out: str, seconds: float, properties: list[str] | None = None) -> TlcResult:
+    """Parse TLC's text output (counts, depth, violated invariant, trace).
+    TLC does not name a violated temporal property: with exactly one in
+    ``properties`` (the run checked only it) that one is reported."""
     inv = re.search(r"Invariant (\w+) is violated", out)
+    name = inv.group(1) if inv else None
+    if name is None and "Temporal properties were violated" in out and properties and len(properties) == 1:
+        name = properties[0]
     gen = re.findall(r"([\d,]+) states generated, ([\d,]+) distinct states found", out)
     depth = re.search(r"depth of the complete state graph search is (\d+)", out)
     trace = []
@@ -174,15 +190,17 @@ def parse_output(config: str, code: int, out: str, seconds: float) -> TlcResult:
             variables[v.group(1)] = " ".join(v.group(2).split())
         trace.append(TraceState(int(m.group(1)), ACTION_NAMES.get(m.group(2), m.group(2)), variables))
     generated, distinct = (int(x.replace(",", "")) for x in gen[-1]) if gen else (0, 0)
-    return TlcResult(config, code, TLC_EXIT.get(code, "error"), inv.group(1) if inv else None,
+    return TlcResult(config, code, TLC_EXIT.get(code, "error"), name,
                      generated, distinct, int(depth.group(1)) if depth else 0, seconds, trace, out)
 
 
 def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None = None, timeout: float = 600.0,
-            invariants: list[str] | None = None, dump: Path | None = None) -> TlcResult:
+            invariants: list[str] | None = None, dump: Path | None = None,
+            properties: list[str] | None = None) -> TlcResult:
     """Run TLC on ``spec`` (default: the repository's ``ShmStore.tla``) with one worker.
 
-    ``invariants`` replaces the config's ``INVARIANTS`` line for this run;
+    ``invariants`` replaces the config's ``INVARIANTS`` line for this run,
+    ``properties`` its ``PROPERTIES`` line (an empty list drops the line);
     ``dump`` writes every distinct state TLC reaches to ``<dump>.dump``.
 
     Raises:
@@ -197,8 +215,11 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
     with tempfile.TemporaryDirectory(prefix="shmspec-tlc-") as tmp:
         text = path.read_text()
         if invariants is not None:
-            text = re.sub(r"^INVARIANTS?\s+.*(?:\n[ \t]+\w.*)*", "INVARIANTS " + " ".join(invariants), text,
-                          flags=re.M)
+            text = re.sub(r"^INVARIANTS?\s+.*(?:\n[ \t]+\w.*)*",
+                          ("INVARIANTS " + " ".join(invariants)) if invariants else "", text, flags=re.M)
+        if properties is not None:
+            text = re.sub(r"^PROPERT(?:Y|IES)\s+.*(?:\n[ \t]+\w.*)*",
+                          ("PROPERTIES " + " ".join(properties)) if properties else "", text, flags=re.M)
         run_cfg = Path(tmp) / path.name
         run_cfg.write_text(text)
         # TLC writes its standard modules into java.io.tmpdir and its state
@@ -229,7 +250,9 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
         t1 = time.monotonic()
         if timed_out.is_set():
             raise TlcError(f"TLC on {path.name} ran past {timeout:g} s")
-    res = parse_output(path.name, code, "".join(lines), t1 - t0)
+    checked = properties if properties is not None else (
+        cfg.properties if isinstance(cfg, ConfigFile) else read_config(path).properties)
+    res = parse_output(path.name, code, "".join(lines), t1 - t0, checked)
     res.search_seconds = (t1 - t_search) if t_search is not None else None
     return res
 
@@ -252,7 +275,7 @@ class ModelCheck:
     @property
     def ok(self) -> bool:
         return self.holds.status == "ok" and all(
-            r.status == "violation" and r.invariant == inv for inv, r in self.found.items())
+            r.status in ("violation", "liveness") and r.invariant == inv for inv, r in self.found.items())
 
     @property
     def seconds(self) -> float:
@@ -293,11 +316,14 @@ def check_config(cf: ConfigFile, spec: Path | None = None, jar: Path | None = No
     if not spec.is_file():
         raise TlcError(f"no ShmStore.tla beside {cf.path} (or in its parent folder)")
     keep = [i for i in cf.invariants if i not in cf.expected]
-    holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump)
+    keep_props = [p for p in cf.properties if p not in cf.expected]
+    holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump, properties=keep_props)
     if holds.status in ("parse error", "config error"):
         tail = "\n".join(holds.output.strip().splitlines()[-12:])
         raise TlcError(f"TLC could not read {cf.name} or its spec ({holds.status}):\n{tail}")
-    found = {inv: run_tlc(cf, spec, jar, invariants=[inv]) for inv in cf.expected}
+    found = {inv: run_tlc(cf, spec, jar, invariants=[inv], properties=[])
+             if inv in cf.invariants else run_tlc(cf, spec, jar, invariants=[], properties=[inv])
+             for inv in cf.expected}
     return ModelCheck(cf.name, cf.expected, holds, found)
 
 

@@ -343,6 +343,9 @@ def test_exit_status():
     assert matrix.exit_status([vllm_fails, row(["impl"], "pass")], ["vllm 0.20.0: unreachable"]) == 2
     assert matrix.exit_status([vllm_fails, row(["impl"], "unknown")], []) == 3
     assert matrix.exit_status([row(["0.33.0"], "unknown")], []) == 0
+    # either construction of impl failing fails the matrix
+    assert matrix.exit_status([vllm_fails, row(["impl"], "pass"), row(["impl"], "fail")], []) == 1
+    assert matrix.exit_status([vllm_fails, row(["impl"], "pass"), row(["impl"], "unknown")], []) == 3
 
 
 # --- end to end ----------------------------------------------------------------------------------
@@ -388,8 +391,8 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
     out = capsys.readouterr().out
     assert code == 0, out  # a vLLM release failing does not fail the matrix
     assert not (rep / "vllm-0.20.0").exists()  # stale group folder gone
-    assert sorted(p.name for p in rep.iterdir()) == ["impl", "matrix.html", "matrix.json", "vllm-0.32.0",
-                                                      "vllm-0.33.0"]
+    assert sorted(p.name for p in rep.iterdir()) == ["impl", "impl-writer-lock", "matrix.html", "matrix.json",
+                                                      "vllm-0.32.0", "vllm-0.33.0"]
     data = json.loads((rep / "matrix.json").read_text())
     for key in ("schema", "tool", "started", "seconds", "profile", "seed", "properties", "rows",
                 "releases_without_store", "fetches", "errors", "exit_status"):
@@ -398,9 +401,10 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
     assert data["properties"] == list(matrix.COLUMNS) and data["exit_status"] == 0
     assert data["releases_without_store"] == [{"version": "0.33.1", "reason": "vllm==0.33.1 has no wheel on the index"}]
     rows = data["rows"]
-    assert [r["releases"] for r in rows] == [["0.32.0", "0.32.1"], ["0.33.0"], ["impl"]]
-    assert [r["label"] for r in rows] == ["0.32.0–0.32.1", "0.33.0", "impl"]
-    assert [r["target"] for r in rows] == ["vllm==0.32.0", "vllm==0.33.0", "impl"]
+    assert [r["releases"] for r in rows] == [["0.32.0", "0.32.1"], ["0.33.0"], ["impl"], ["impl"]]
+    assert [r["label"] for r in rows] == ["0.32.0–0.32.1", "0.33.0", "impl", "impl +writer lock"]
+    assert [r["target"] for r in rows] == ["vllm==0.32.0", "vllm==0.33.0", "impl", "impl"]
+    assert [r["construction"]["writer_lock"] for r in rows] == [False, False, False, True]
     for r in rows:
         assert set(r) >= {"label", "releases", "target", "store_sha256", "model_profile", "verdict", "properties",
                           "report", "report_json", "seconds", "exit_code"}
@@ -410,7 +414,9 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
         report = json.loads((rep / r["report_json"]).read_text())
         assert report["target"] == r["target"] and report["properties"] == r["properties"]
         assert r["seconds"] == report["seconds"]
-    good, bad, impl = rows
+        assert report["construction"] == r["construction"]  # the cell ran the construction it names
+    good, bad, impl, impl_locked = rows
+    assert impl_locked["verdict"] == "pass" and "fail" not in impl_locked["properties"].values()
     assert good["verdict"] == "pass" and good["exit_code"] == 0 and good["model_profile"] == "vllm-0.32"
     assert bad["verdict"] == "fail" and bad["exit_code"] == 1 and bad["properties"]["DUP"] == "fail"
     assert impl["verdict"] == "pass" and impl["exit_code"] == 0 and impl["store_sha256"] is None
@@ -418,7 +424,7 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
     assert good["store_sha256"] != bad["store_sha256"]
     html = (rep / "matrix.html").read_text()
     assert 'href="vllm-0.33.0/report.html"' in html and 'href="impl/report.html"' in html
-    assert "0.32.0–0.32.1" in out and "FAIL" in out and "impl: PASS" in out
+    assert "0.32.0–0.32.1" in out and "FAIL" in out and "impl: PASS" in out and "impl +writer lock: PASS" in out
 
 
 @pytest.mark.parametrize("impl_as,expected,verdict", [
@@ -432,8 +438,8 @@ def test_matrix_exit_status_follows_impl(index, tiny_gate, tmp_path, monkeypatch
     assert cli.main(["matrix", "--index-url", index.url, "--report-dir", str(rep)]) == expected
     data = json.loads((rep / "matrix.json").read_text())
     assert data["exit_status"] == expected
-    vllm_row, impl = data["rows"]
-    assert vllm_row["verdict"] == "pass" and impl["verdict"] == verdict
+    vllm_row, impl, impl_locked = data["rows"]
+    assert vllm_row["verdict"] == "pass" and impl["verdict"] == verdict == impl_locked["verdict"]
     if verdict == "error":
         assert impl["report"] is None and impl["exit_code"] == 2 and "not found" in impl["error"]
         assert set(impl["properties"].values()) == {"not-checked"}

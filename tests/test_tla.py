@@ -30,6 +30,7 @@ def outcomes():
 
 @java
 def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcomes):
+    outcomes = {n: o for n, o in outcomes.items() if not o.config.properties}  # the safety configs
     assert set(outcomes) == {"MC_impl.cfg", "MC_impl_reread.cfg", "MC_impl_nofence.cfg", "MC_impl_noscan.cfg",
                              "MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"}
     for name, o in outcomes.items():
@@ -50,6 +51,28 @@ def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcom
     # changed (the new variables stay at their initial values under it)
     assert {n: (o.check.holds.distinct, o.check.holds.generated) for n, o in outcomes.items() if "vllm" in n} == {
         "MC_vllm.cfg": (42842, 136944), "MC_vllm_old.cfg": (49812, 158753), "MC_vllm_reread.cfg": (7713, 19547)}
+
+
+@java
+def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(outcomes):
+    """PROG as a TLA+ liveness property (PROGLive under FairSpec: weak
+    fairness of the writer's steps and of every fair reader's): it holds for
+    both protocols; with one reader's fairness taken away (it may stop
+    mid-get, or never read) an allocation stays in the ring for ever."""
+    live = {n: o for n, o in outcomes.items() if o.config.properties}
+    assert set(live) == {"MC_impl_prog.cfg", "MC_impl_prog_unread.cfg", "MC_vllm_prog.cfg", "MC_vllm_prog_unread.cfg"}
+    for name, o in live.items():
+        assert o.ok and not o.config.symmetry and o.config.properties == ["PROGLive"], name
+        a = o.agreement  # the same states up to symmetry; TLC, without it, counts every permutation
+        assert a.ok and a.only_tlc == a.only_model == 0 and a.tlc_distinct > a.model_distinct, name
+    for name in ("MC_impl_prog.cfg", "MC_vllm_prog.cfg"):
+        assert live[name].check.holds.status == "ok" and live[name].check.found == {}
+    for name in ("MC_impl_prog_unread.cfg", "MC_vllm_prog_unread.cfg"):
+        found = live[name].check.found["PROGLive"]
+        assert found.status == "liveness" and found.invariant == "PROGLive" and found.exit_code == 13
+        [(v, replay)] = live[name].counterexamples
+        assert replay.model_departs is None and v.property == "PROGLive"
+        assert "stays in the ring for ever" in v.message and "never finishes" in v.message, v.message
 
 
 @java

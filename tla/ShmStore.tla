@@ -396,6 +396,25 @@ Next ==
 
 Spec == Init /\ [][Next]_vars
 
+(* ------------------------------------------------ progress (PROG, live) *)
+\* The client rule PROG relies on: a fair reader makes every read it was
+\* promised (it finishes each get it starts and starts a get of every
+\* handle it has not read).  A config can take a reader's fairness away
+\* (FairReaders <- AllButOneReader): a reference that reader never reads
+\* then pins the FIFO head, the client's fault (SEMANTICS.md, PROG).
+AllReaders == Readers
+AllButOneReader == Readers \ {CHOOSE r \in Readers : TRUE}
+FairReaders == AllReaders
+ReaderStep(r) == pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r)
+\* the writer finishes what it starts and reclaims what it can (weak
+\* fairness: a step continuously enabled is eventually taken); it need
+\* not put or clear again
+Fairness ==
+    /\ WF_vars(free_step) /\ WF_vars(pin_wait) /\ WF_vars(payload_write) /\ WF_vars(publish)
+    /\ WF_vars(\E k \in Keys, n \in Sizes : header_write(k, n) /\ wpc # "idle")
+    /\ \A r \in FairReaders : WF_vars(ReaderStep(r))
+FairSpec == Spec /\ Fairness
+
 \* readers are interchangeable, and so are keys: no action, constant or
 \* invariant names one
 Symmetry == {p @@ q : p \in Permutations(Readers), q \in Permutations(Keys)}
@@ -460,4 +479,11 @@ RC == /\ \A i \in DOMAIN chunks :
 \* (free_step needs the reader's ack, RC that the ack is for a read it made)
 PROM == Hardened => \A r \in Readers, h \in issued :
                       h.abs >= clearAt /\ starts[r][h.abs] = 0 => InWindow(h)
+
+\* PROG as a liveness property (under FairSpec): every allocation that joins
+\* the ring is eventually reclaimed or cleared, so once the writer stops the
+\* ring drains and a put of the largest size fits: no chunk stays pinned by
+\* a count or an ack that never reaches its threshold
+InRing(a) == \E i \in DOMAIN chunks : chunks[i].abs = a
+PROGLive == \A a \in Abs : InRing(a) ~> ~InRing(a)
 =============================================================================
