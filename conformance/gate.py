@@ -435,6 +435,10 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
         finally:
             res.examples += counters["examples"]
             res.steps += counters["steps"]
+            for rule, d in counters.get("deviations", {}).items():
+                entry = res.rates.setdefault("client_deviations", {}).setdefault(
+                    rule, {"count": 0, "property": d["property"], "first": d["first"]})
+                entry["count"] += d["count"]
         if res.completed or res.error:
             break
     res.seconds = time.monotonic() - t0
@@ -713,6 +717,11 @@ def _count(machine: type, counters: dict[str, Any]) -> None:
             raise
 
     def marking_teardown(self):
+        session = getattr(self, "session", None)
+        for d in getattr(session, "deviations", ()):
+            seen = counters.setdefault("deviations", {})
+            entry = seen.setdefault(d["rule"], {"count": 0, "property": d["property"], "first": d["message"]})
+            entry["count"] += 1
         try:
             return teardown(self)
         except PropertyViolation:  # LEAK, found when the store closes

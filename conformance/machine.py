@@ -62,7 +62,7 @@ CAMPAIGNS: tuple[Campaign, ...] = (
                                  "drain_then_put"}),
              frozenset({"NRR", "OOM", "PROM", "PROG"} | _EVERY_STEP), needs_touch=True),
     Campaign("protocol", frozenset({"put", "consume", "reread", "get_cached", "get_live", "get_stale", "free_unused",
-                                    "drain_then_put"}),
+                                    "drain_then_put", "drain_deviating"}),
              frozenset({"PROM", "PROG", "NRR", "OOM"} | _EVERY_STEP)),
     Campaign("lock", frozenset({"put", "get_live", "attach_lockless"}), frozenset({"LOCK"} | _EVERY_STEP)),
     Campaign("exc", frozenset({"put", "consume", "get_cached", "get_live", "free_unused", "clear", "put_failing",
@@ -234,10 +234,24 @@ class _Base(RuleBasedStateMachine):
         owes (by the client's account), touches are released, ``free_unused``
         runs, then a put of ``max_object_size`` bytes must succeed.  Each is a
         step of its own in the trace."""
+        self._drain("none")
+
+    def drain_deviating(self, deviation):
+        """:meth:`drain_then_put` by a client that breaks PROG's rule on the
+        way (drawn as data): ``unread:<reader>`` (that reader never makes its
+        owed reads: a reference never read), ``touch_kept`` (the touches are
+        not released: a touch without a later ``get_cached``).  A chunk that
+        stays live only because of it is the client's fault: reported by the
+        session (``Session.deviations``), not failed."""
+        self._drain(deviation)
+
+    def _drain(self, deviation):
         s = self.session
+        skip = deviation.split(":", 1)[1] if deviation.startswith("unread:") else None
         for r, reader in s.owed_reads():
-            self._run(Call(reader, "get", {"ref": r.ref}))
-        if s.profile.touch == "protecting":
+            if reader != skip:
+                self._run(Call(reader, "get", {"ref": r.ref}))
+        if s.profile.touch == "protecting" and deviation != "touch_kept":
             self._run(Call("writer", "release_touches"))
         # free_unused frees up to 2 * max_object_size bytes a call: enough calls
         # to empty the ring, were every chunk reclaimable
@@ -245,8 +259,10 @@ class _Base(RuleBasedStateMachine):
             self._run(Call("writer", "free_unused"))
         length = self.config.max_object_size - object_nbytes(b"")
         n = sum(1 for st_ in s.trace if st_.args.get("progress"))
-        self._run(Call("writer", "put", {"key": f"p{n}", "data": (self._tag() + b"\x3c" * (length - 4)).hex(),
-                                         "progress": True}))
+        args = {"key": f"p{n}", "data": (self._tag() + b"\x3c" * (length - 4)).hex(), "progress": True}
+        if deviation != "none":
+            args["deviation"] = deviation
+        self._run(Call("writer", "put", args))
 
     def attach_lockless(self):
         n = sum(1 for s in self.session.trace if s.action == "attach_reader")
@@ -281,6 +297,7 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
         "free_unused": ({}, None),
         "attach_lockless": ({}, None),
         "drain_then_put": ({}, None),
+        "drain_deviating": (dict(deviation=st.sampled_from([f"unread:{r}" for r in config.readers])), None),
         "reread": (dict(data=st.data(), reader=readers), _has("live_refs")),
         "put_failing": (dict(key=keys, body=payloads(config.max_object_size - object_nbytes(b"") - 12)), None),
         "interrupted": (dict(data=st.data(), op=st.sampled_from(sorted(INTERRUPT_POINTS)), key=keys,

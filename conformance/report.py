@@ -238,6 +238,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                 for f in c.rates.get("not_claimed", []):
                     console.print(f"[cyan]  {f['scenario']} (A preempted at its yield point {f['k']}): "
                                   f"{f['message']}[/]")
+        for rule, d in c.rates.get("client_deviations", {}).items():
+            console.print(f"[cyan]campaign {c.name}: client deviation, reported, not failed ({d['property']} does "
+                          f"not hold the store to it): {rule}, {d['count']} time(s); first: {d['first']}[/]")
         if c.rates.get("ops_per_second"):
             console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
                           f"{c.rates['partitions']} handle histories checked")

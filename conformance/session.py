@@ -193,6 +193,10 @@ class Session:
         self.epoch = 0
         self.trace: list[Step] = []
         self.excused_hits: list[tuple[str, str]] = []
+        self.deviations: list[dict[str, Any]] = []
+        """Client deviations that left the store's contract unbroken, as data:
+        ``rule`` (the client rule broken), ``property`` (the one it would
+        otherwise fail), ``step``, ``message``.  Reported, never failed."""
         self.put_data: dict[str, bytes] = {}
         self._before: Snapshot | None = None
         self.closed = False
@@ -416,9 +420,17 @@ class Session:
         refs = [r for r in self.refs if self.ident(r) == ident]
         owed = [reader for reader in self.config.readers if refs and self.owed(refs[-1], reader) > 0]
         protected = any(c.protected for c in self.state.ring.chunks if c.id == head.id)
-        if owed or protected:
-            return []  # the client still owes a read (or a touch holds it): not the store's fault
         name = f"{refs[-1].ref} (key {refs[-1].key!r})" if refs else "a chunk no handle was issued for"
+        if owed or protected:  # the client still owes a read (or a touch holds it): not the store's fault
+            rule = ("a reference never read" if owed else "a touch without a later get_cached or release_touches")
+            self.deviations.append({
+                "rule": rule, "property": "PROG", "step": len(self.trace),
+                "message": f"chunk id {head.id} at {head.address}, {name}, stays live after the drain: "
+                           + (f"{', '.join(owed)} never made the read(s) promised of it"
+                              if owed else "a touch still protects it")
+                           + f"; the put of {nbytes} bytes gave {render(obs)}. PROG does not hold the store to "
+                             f"this: the client broke its rule ({rule})"})
+            return []
         released = " and every touch released" if self.profile.touch == "protecting" else ""
         return [("PROG", f"every promised read made{released} and free_unused run until the ring could be "
                          f"empty, the put of {nbytes} bytes gave {render(obs)} and chunk id {head.id} at "
@@ -543,7 +555,9 @@ class Session:
                     for name, n in self.made.get(ident, {}).items() if n > promised.get(name, 0)]
             return [("PROM", f"{call.process}'s promised read of {r.ref} {(r.address, r.id)} failed with "
                              f"{render(obs)} ({self.account_text(ident)}"
-                             + (f"; {', '.join(over)}" if over else "") + ")")]
+                             + (f"; {', '.join(over)}" if over else "") + ")"
+                             + (". The client broke the read-once rule (a handle read twice); PROM still "
+                                "holds the store to the other readers' promised reads" if over else ""))]
         return []
 
     def _read_checks(self, call: Call, r: HandleRef, exp: M.Outcome, obs: Observation) -> list[tuple[str, str]]:

@@ -72,6 +72,7 @@ def test_over_read_eviction_breaks_prom_on_vllm_033():
     assert exc is not None and exc.prop == "PROM", exc
     assert "r2's promised read of h1" in str(exc) and "r1 2 of 1, r2 0 of 1" in str(exc)
     assert "r1 read it 1 more time(s) than promised" in str(exc)
+    assert "The client broke the read-once rule (a handle read twice); PROM still holds the store" in str(exc)
 
 
 def test_impl_keeps_prom_under_over_reads():
@@ -111,5 +112,42 @@ def test_prog_is_the_clients_fault_when_a_read_is_owed():
         s.execute(Call("writer", "put", {"key": "p0", "data": (b"\x09\0\0\0" + b"c" * (n - 4)).hex(),
                                          "progress": True}))
         assert not [v for st in s.trace for v in st.violations if v[0] == "PROG"]
+        # ... and reported as data: which client rule, which property it excuses
+        [d] = s.deviations
+        assert d["rule"] == "a reference never read" and d["property"] == "PROG"
+        assert "h1 (key 'k0'), stays live after the drain: r1, r2 never made the read(s)" in d["message"]
     finally:
         s.close()
+
+
+def test_a_kept_touch_is_the_clients_fault_too():
+    """vLLM 0.33.0's protecting touch, never followed by get_cached or
+    release_touches: the chunk stays protected, reported as the client's."""
+    s = Session(_target("vllm==0.33.0"), SessionConfig())
+    try:
+        h1 = _put(s, "k0", 0, 20)
+        for reader in ("r1", "r2"):
+            s.execute(Call(reader, "get", {"ref": h1}))
+        s.execute(Call("writer", "touch", {"key": "k0"}))
+        for _ in range(3):
+            s.execute(Call("writer", "free_unused"))
+        n = s.config.max_object_size - object_nbytes(b"")
+        s.execute(Call("writer", "put", {"key": "p0", "data": (b"\x09\0\0\0" + b"c" * (n - 4)).hex(),
+                                         "progress": True, "deviation": "touch_kept"}))
+        [d] = s.deviations
+        assert d["rule"] == "a touch without a later get_cached or release_touches" and "touch still protects" in d["message"]
+    finally:
+        s.close()
+
+
+def test_the_protocol_campaign_reports_client_deviations_without_failing():
+    """The drawn deviations of drain_then_put: on impl the protocol campaign
+    passes and lists what the client broke (a reference never read)."""
+    from shmspec.conformance import gate
+    from shmspec.conformance.machine import CAMPAIGNS
+
+    protocol = next(c for c in CAMPAIGNS if c.name == "protocol")
+    res = gate._run_campaign(_target("impl"), protocol, gate.GATE_PROFILES["ci"], 0, SessionConfig())
+    assert res.completed and res.violations == [], [v.message for v in res.violations]
+    dev = res.rates["client_deviations"]
+    assert dev["a reference never read"]["count"] > 0 and dev["a reference never read"]["property"] == "PROG"
