@@ -4,7 +4,7 @@ Gate profiles (``--profile``):
 
 * ``ci``: deterministic (fixed seed 0 unless ``--seed``), under 2 minutes on
   a 2-core machine.  What it finds is fixed by the seed; shrinking each
-  counterexample stops after 15 s, so on a much slower machine a shrunk trace
+  counterexample stops after 10 s, so on a much slower machine a shrunk trace
   can come out longer;
 * ``dev``: a few times more examples, random seed (printed and recorded);
 * ``deep``: nightly; many more examples and longer runs.
@@ -99,8 +99,8 @@ class GateProfile:
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
-    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=15,
-                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=2),
+    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=10,
+                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=1),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
                        scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6),
     "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,

@@ -59,7 +59,7 @@ CAMPAIGNS: tuple[Campaign, ...] = (
              frozenset({"AUTH", "NRR"} | _EVERY_STEP), needs_signed=True),
     Campaign("fields", frozenset({"put", "get_live", "get_bad_fields"}), frozenset({"NRR"} | _EVERY_STEP)),
     Campaign("touch", frozenset({"put", "consume", "get_cached", "get_live", "touch_writer", "touch_reader", "release_touches", "free_unused",
-                                 "drain_then_put"}),
+                                 "drain_then_put", "cache_hit"}),
              frozenset({"NRR", "OOM", "PROM", "PROG"} | _EVERY_STEP), needs_touch=True),
     Campaign("protocol", frozenset({"put", "consume", "reread", "get_cached", "get_live", "get_stale", "free_unused",
                                     "drain_then_put", "drain_deviating"}),
@@ -199,6 +199,20 @@ class _Base(RuleBasedStateMachine):
         r = self._draw_ref(data, self.session.refs)
         self._run(Call(reader, "touch", {"ref": r.ref}))
 
+    def cache_hit(self, data):
+        """vLLM's receiver protocol for a cache hit, as one rule: the writer
+        touches a cached key, then each reader gets the handle and touches
+        it after its own get, the readers' steps interleaved as drawn (one
+        reader's touch may come before another's first get)."""
+        r = self._draw_ref(data, self.session.live_refs())
+        self._run(Call("writer", "touch", {"key": r.key}))
+        pending = {reader: ["get", "touch"] for reader in self.config.readers}
+        while pending:
+            reader = data.draw(st.sampled_from(sorted(pending)), label="reader")
+            self._run(Call(reader, pending[reader].pop(0), {"ref": r.ref}))
+            if not pending[reader]:
+                del pending[reader]
+
     def release_touches(self):
         self._run(Call("writer", "release_touches"))
 
@@ -293,6 +307,7 @@ def _rule_specs(target: LoadedTarget, config: SessionConfig) -> dict[str, tuple[
         "touch_writer": (dict(key=keys), None),
         "touch_reader": (dict(data=st.data(), reader=readers), _has("all_refs")),
         "release_touches": ({}, None),
+        "cache_hit": (dict(data=st.data()), _has("live_refs")),
         "clear": ({}, None),
         "free_unused": ({}, None),
         "attach_lockless": ({}, None),
