@@ -54,6 +54,7 @@ not fail the gate.
 
 from __future__ import annotations
 
+import gc
 import os
 import queue
 import threading
@@ -498,6 +499,7 @@ def _child(target: LoadedTarget, writer_lock: bool, conn: Any, parent: int) -> N
     from .procs import worker_setup
 
     worker_setup(parent)
+    gc.freeze()  # the gate's heap, inherited: the adapter's gc.collect() per schedule need not walk it
     for name in SCENARIOS:
         try:
             conn.send(("result", run_scenario(target, name, writer_lock)))
