@@ -115,9 +115,9 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert data["schema"] == "shmspec.report/1"
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
     assert data["concurrency"] == "controlled"  # the ci profile's default
-    assert [c["mode"] for c in data["campaigns"]][-2:] == ["controlled", "faults"]
+    assert [c["mode"] for c in data["campaigns"]][-3:] == ["controlled", "faults", "threads"]
     for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
-                "EXC", "PROM", "PROG", "CONFORMANCE"):
+                "EXC", "PROM", "PROG", "LIVE", "SW", "CONFORMANCE"):
         assert data["properties"][pid] == "pass", pid  # WRAP: the boundary campaign's warped programs
     assert {"boundary", "exc", "protocol"} <= {c["name"] for c in data["campaigns"]}
     assert data["construction"] == {"writer_lock": False}  # vLLM's construction, the default

@@ -10,7 +10,7 @@ from dataclasses import replace
 
 import pytest
 
-from shmspec.conformance.gate import CONTROLLED, FAULTS, PREEMPTION, run_gate
+from shmspec.conformance.gate import CONTROLLED, FAULTS, PREEMPTION, SW_CAMPAIGN, run_gate
 from shmspec.conformance.loader import load_target
 from shmspec.conformance.session import Call, Session, SessionConfig
 from shmspec.conformance.serde import Blob
@@ -28,7 +28,7 @@ def test_impl_passes_controlled_and_free_campaigns(writer_lock):
         assert ran and all(c.completed and c.error is None for c in ran), [(c.name, c.error) for c in ran]
         assert result.violations == [], [v.message for v in result.violations]
         if concurrency == "controlled":
-            assert {c.name for c in ran} == {PREEMPTION.name, CONTROLLED.name, FAULTS.name}
+            assert {c.name for c in ran} == {PREEMPTION.name, CONTROLLED.name, FAULTS.name, SW_CAMPAIGN.name}
             assert sum(c.steps for c in ran) > 500
 
 
