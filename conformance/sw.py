@@ -23,6 +23,11 @@ Writer yield points, none of them in the target's code:
 * impl's own writer points (``shmspec.impl.yieldpoints``), hit inside its
   writer lock.
 
+A thread's operation on a signed target includes taking the handle's
+signature right after a put or ``get_cached`` (a second writer call, as a
+client makes it), so the other thread may run between the two: the rows then
+show the first thread blocked once, the verdict is the same.
+
 A thread that reaches no yield point and does not return, and whose CPU clock
 stands still for :data:`BLOCK_SAMPLES` samples :data:`BLOCK_SAMPLE` seconds
 apart, is *blocked* (a store that serializes its writer: impl's private lock);
