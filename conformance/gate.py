@@ -435,10 +435,10 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
         finally:
             res.examples += counters["examples"]
             res.steps += counters["steps"]
-            for rule, d in counters.get("deviations", {}).items():
+            for d in counters.get("deviations", ()):
                 entry = res.rates.setdefault("client_deviations", {}).setdefault(
-                    rule, {"count": 0, "property": d["property"], "first": d["first"]})
-                entry["count"] += d["count"]
+                    d["rule"], {"count": 0, "property": d["property"], "first": d["message"]})
+                entry["count"] += 1
         if res.completed or res.error:
             break
     res.seconds = time.monotonic() - t0
@@ -563,7 +563,7 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
 
 
 def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, res: CampaignResult,
-                  scheduled: bool = False, found: Findings | None = None) -> CampaignResult:
+                  scheduled: bool, found: Findings) -> CampaignResult:
     """The boundary campaign: every z3-generated program (conformance/boundary.py)
     on a fresh session.  A program that breaks a property is rerun with it
     excused (as campaigns are, up to ``gp.rounds`` times), so later findings
@@ -577,7 +577,6 @@ def _run_programs(target: LoadedTarget, gp: GateProfile, base: SessionConfig, re
     t0 = time.monotonic()
     config = base
     warped = False
-    found = found if found is not None else Findings(gp.distinct)
     try:
         everything = programs(base, include_unreachable=True)
         progs = [p for p in everything if p.unreachable is None]
@@ -717,11 +716,7 @@ def _count(machine: type, counters: dict[str, Any]) -> None:
             raise
 
     def marking_teardown(self):
-        session = getattr(self, "session", None)
-        for d in getattr(session, "deviations", ()):
-            seen = counters.setdefault("deviations", {})
-            entry = seen.setdefault(d["rule"], {"count": 0, "property": d["property"], "first": d["message"]})
-            entry["count"] += 1
+        counters.setdefault("deviations", []).extend(getattr(getattr(self, "session", None), "deviations", ()))
         try:
             return teardown(self)
         except PropertyViolation:  # LEAK, found when the store closes
@@ -749,18 +744,17 @@ class Findings:
         seen = self.actions.setdefault(exc.prop, [])
         if seen:
             self.extra -= 1
-        seen.append(getattr(exc, "cause", "") or exc.action)
+        seen.append(exc.cause)
         return len(seen)
 
     def excuse(self, config: SessionConfig, exc: PropertyViolation) -> SessionConfig:
         """Excuse the violation in ``config``: only at its step kind while the
         budget lasts (so another cause of the property still surfaces), else
         every property found, outright."""
-        cause = getattr(exc, "cause", "") or exc.action
-        if exc.prop == "CONFORMANCE" or cause == "":
+        if exc.prop == "CONFORMANCE" or exc.cause == "":
             return _excuse(config, exc)
         if self.extra > 0:
-            return replace(config, excused=config.excused | {f"{exc.prop}@{cause}"})
+            return replace(config, excused=config.excused | {f"{exc.prop}@{exc.cause}"})
         return replace(config, excused=config.excused | set(self.actions))
 
 
