@@ -68,6 +68,12 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
     c.add_argument("--writer-lock", action="store_true",
                    help="build the writer with the readers' lock too (default: without, as vLLM builds it)")
+    c.add_argument("--start-method", default="fork", choices=("fork", "spawn"),
+                   help="how the concurrent campaigns start reader processes (default fork); with --writer-lock "
+                        "and --readers this is the primary construction, and the constructions campaign runs "
+                        "the others")
+    c.add_argument("--readers", type=int, default=2, choices=(1, 2, 3, 4),
+                   help="number of readers of the store (default 2)")
     c.add_argument("--report-dir", type=Path, default=None,
                    help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
@@ -231,6 +237,7 @@ def _interruptible(run: Callable[[], int]) -> int:
 
 def _check(args: argparse.Namespace) -> int:
     from .gate import run_gate
+    from .constructions import Construction
     from .session import SessionConfig
     from .loader import TargetError, load_target
     from .report import default_report_dir, render_console, write_report
@@ -258,7 +265,7 @@ def _check(args: argparse.Namespace) -> int:
             progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
         result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency,
-                          config=SessionConfig(writer_lock=args.writer_lock))
+                          config=Construction(args.writer_lock, args.start_method, args.readers).config(SessionConfig()))
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:

@@ -43,7 +43,7 @@ import multiprocess
 from .adapter import StoreAdapter, live_chunks, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from .loader import LoadedTarget
-from .procs import ScheduleError, worker_setup
+from .procs import SPAWN_STARTUP, ScheduleError, start_process, worker_setup
 from .serde import Blob, Garbage, HarnessSerde, object_nbytes
 from .session import SessionConfig
 
@@ -384,32 +384,35 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
         raise ValueError(f"max_object_size {config.max_object_size} leaves no room for an 8-byte payload tag")
     readers = tuple(f"r{i + 1}" for i in range(n_readers))
     ctx = multiprocess.get_context("fork")
-    lock = ctx.Lock()
-    queues = {r: ctx.Queue() for r in readers}
+    rctx = multiprocess.get_context(config.start_method)  # the readers' (see procs.START_METHODS)
+    lock = rctx.Lock()
+    queues = {r: rctx.Queue() for r in readers}
+    startup = SPAWN_STARTUP if config.start_method == "spawn" else 0.0
     conns: dict[str, Any] = {}
     procs: dict[str, Any] = {}
     segment = ""
     leak = "fail"
 
     def spawn(name: str, fn: Any, *args: Any) -> None:
-        parent, child = ctx.Pipe()
-        p = ctx.Process(target=fn, args=(child, *args, os.getpid()), name=f"shmspec-free-{name}", daemon=True)
-        p.start()
+        c = ctx if name == "writer" else rctx
+        parent, child = c.Pipe()
+        p = c.Process(target=fn, args=(child, *args, os.getpid()), name=f"shmspec-free-{name}", daemon=True)
+        start_process(p)
         child.close()
         conns[name], procs[name] = parent, p
 
     try:
         spawn("writer", _writer_main, target, config, n_readers, lock, list(queues.values()),
-              seconds, seed, load, finish_timeout)
+              seconds, seed, load, finish_timeout + startup)
         for i, r in enumerate(readers):
             spawn(r, _reader_main, r, target, lock, queues[r], seconds, seed * 1000 + i + 1, load,
-                  finish_timeout)
+                  finish_timeout + startup)
         _, fields, segment = _recv(procs["writer"], conns["writer"], "the writer", "create the store",
                                    finish_timeout)
         for r in readers:
             conns[r].send(("attach", fields, config.data_buffer_size, config.max_object_size, n_readers))
         for r in readers:
-            _recv(procs[r], conns[r], f"reader {r}", "attach", finish_timeout)
+            _recv(procs[r], conns[r], f"reader {r}", "attach", finish_timeout + startup)
         conns["writer"].send(("go",))
         _, writer_ops = _recv(procs["writer"], conns["writer"], "the writer", "finish",
                               seconds + finish_timeout)

@@ -37,6 +37,7 @@ from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS
 
 from .loader import LoadedTarget
 from .machine import CAMPAIGNS, Campaign, machine_for
+from .constructions import Construction, others
 from .freerun import free_config, run_free
 from .history import LIN_PROPERTIES
 from . import interrupt
@@ -66,10 +67,15 @@ lock and mid-get, the writer mid-put; LIVE and NRR for the survivors."""
 SW_CAMPAIGN = Campaign("sw", frozenset(), frozenset({"SW"}), mode="threads")
 """Two threads on one writer (conformance/sw.py): each pair of writer
 operations under a preemption sweep of the first one's yield points."""
+CONSTRUCTIONS_CAMPAIGN = Campaign("constructions", frozenset(), SCHEDULED_CHECKS | frozenset(LIN_PROPERTIES) | {"LEAK"},
+                                  mode="constructions")
+"""The gate's other constructions (conformance/constructions.py: readers
+spawned, one reader, the other writer construction): in each, the preemption
+sweep and a free-running load of ``GateProfile.construction_seconds``."""
 CONCURRENT_CAMPAIGNS: dict[str, tuple[Campaign, ...]] = {
-    "controlled": (PREEMPTION, CONTROLLED, FAULTS, SW_CAMPAIGN),
+    "controlled": (PREEMPTION, CONTROLLED, FAULTS, SW_CAMPAIGN, CONSTRUCTIONS_CAMPAIGN),
     "free": (Campaign("free-running", frozenset(), frozenset(LIN_PROPERTIES) | {"LEAK"}, mode="free"), FAULTS,
-             SW_CAMPAIGN),
+             SW_CAMPAIGN, CONSTRUCTIONS_CAMPAIGN),
     "off": (),
 }
 
@@ -91,6 +97,8 @@ class GateProfile:
     """Examples and scheduled steps per example of the controlled campaign."""
     free_seconds: float = 5.0
     """Length of the free-running load (seconds)."""
+    construction_seconds: float = 2.0
+    """Length of the free-running load in each other construction (seconds)."""
     distinct: int = 0
     """Distinct findings: how many violations beyond the first of each
     property the lockstep campaigns and boundary programs may report, gate-wide,
@@ -100,11 +108,14 @@ class GateProfile:
 
 GATE_PROFILES: dict[str, GateProfile] = {
     "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=10,
-                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=1),
+                      scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=1,
+                      construction_seconds=2.0),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
-                       scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6),
+                       scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6,
+                       construction_seconds=5.0),
     "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,
-                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0, distinct=24),
+                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0, distinct=24,
+                        construction_seconds=30.0),
 }
 
 
@@ -158,7 +169,13 @@ class Violation:
             "shrink_complete": self.shrink_complete,
             "occurrence": self.occurrence,
             "cause": getattr(self.exc, "cause", None),
+            "construction": self.construction.to_json(),
         }
+
+    @property
+    def construction(self) -> Construction:
+        """The construction the finding was made in (from its config)."""
+        return Construction.of(self.config)
 
 
 @dataclass
@@ -194,8 +211,23 @@ class GateResult:
     concurrency: str = "off"
     """The concurrency mode run after the lockstep campaigns."""
     writer_lock: bool = False
-    """The construction every campaign ran: False, the writer built as vLLM
-    builds it (no reader lock); True, given the readers' lock too."""
+    """The primary construction's writer: False, built as vLLM builds it (no
+    reader lock); True, given the readers' lock too."""
+    construction: Construction = Construction()
+    """The primary construction: every campaign but ``constructions`` ran in it."""
+
+    @property
+    def constructions(self) -> list[dict[str, Any]]:
+        """Every construction run (``report.json``'s ``constructions``): the
+        primary one with the campaigns that ran in it, then each one the
+        ``constructions`` campaign ran, with what ran there."""
+        ran = [c.name for c in self.campaigns if c.mode != "constructions" and not c.skipped]
+        out = [{**self.construction.to_json(), "primary": True, "campaigns": ran}]
+        for c in self.campaigns:
+            for row in c.rates.get("constructions", []) if c.mode == "constructions" else []:
+                parts = [k for k in ("preemption", "free_running") if k in row]
+                out.append({**row, "primary": False, "campaigns": [f"{c.name}: {p}" for p in parts]})
+        return out
 
     @property
     def violations(self) -> list[Violation]:
@@ -313,7 +345,7 @@ def run_gate(
     if on_progress:
         on_progress("done", len(campaigns), len(campaigns))
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
-                      config.writer_lock)
+                      config.writer_lock, Construction.of(config))
 
 
 def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress, found):
@@ -324,7 +356,8 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
         if on_progress:
             on_progress(campaign.name, i, len(campaigns))
         steps_before = sum(r.steps for r in results)
-        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced, found)
+        failed = frozenset(v.property for r in results for v in r.violations)
+        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced, found, failed)
         _rebase_detection(res, t0, steps_before)
         results.append(res)
         if campaign.mode == "preemption":
@@ -339,7 +372,7 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
 
 def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, seed: int, base: SessionConfig,
                   concurrency: str = "off", raced: set[str] | frozenset[str] = frozenset(),
-                  found: Findings | None = None) -> CampaignResult:
+                  found: Findings | None = None, failed: frozenset[str] = frozenset()) -> CampaignResult:
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     found = found if found is not None else Findings(gp.distinct)
     if campaign.mode == "free":
@@ -348,6 +381,8 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
         return _run_faults(target, base, res)
     if campaign.mode == "threads":
         return _run_sw(target, base, res)
+    if campaign.mode == "constructions":
+        return _run_constructions(target, gp, seed, base, res, failed)
     if campaign.mode == "program":
         return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled", found=found)
     if campaign.mode in ("controlled", "preemption"):
@@ -357,7 +392,7 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
         if campaign.mode == "preemption":
             return _run_preemption(target, base, res)
         try:
-            with ProcessPool(target, base.readers) as pool:
+            with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
                 return _run_rounds(target, campaign, gp, seed, base, res,
                                    lambda config: scheduled_machine(target, config, pool),
                                    gp.scheduled_examples, gp.scheduled_steps, Findings())
@@ -528,36 +563,108 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
     whose steps are that handle's sub-history."""
     t0 = time.monotonic()
     n = len(base.readers)
-    config = free_config(n_readers=n, writer_lock=base.writer_lock)
+    config = replace(free_config(n_readers=n, writer_lock=base.writer_lock), start_method=base.start_method)
     try:
-        fr = run_free(target, config, gp.free_seconds, n, seed)
+        res.rates = _free_load(target, config, gp.free_seconds, seed, res, "free-running",
+                               {e for e in base.excused if e.startswith("CONFORMANCE@")})
     except ScheduleError as exc:
         res.error = f"{type(exc).__name__}: {exc}"
-        res.seconds = time.monotonic() - t0
-        return res
-    res.examples, res.steps = 1, fr.ops
-    res.rates = {"ops": fr.ops, "ops_per_second": round(fr.ops_per_second, 1), "puts": fr.puts,
-                 "out_of_space": fr.out_of_space, "partitions": fr.check.partitions, "search_nodes": fr.check.nodes,
-                 "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()}}
-    cfg = {**_config_json(config), "free_seconds": gp.free_seconds, "seed": seed}
-    excused = {e for e in base.excused if e.startswith("CONFORMANCE@")}
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed: int, res: CampaignResult,
+               campaign: str, excused: set[str] | frozenset[str]) -> dict[str, Any]:
+    """One free-running load: its findings (the first of each property not
+    in ``excused``) appended to ``res.violations``, ``res`` marked completed
+    or unknown, its examples and steps added; returns its rates.
+
+    Raises:
+        ScheduleError: a process did not start, finish or report in time.
+    """
+    n = config.n_readers
+    fr = run_free(target, config, seconds, n, seed)
+    res.examples += 1
+    res.steps += fr.ops
+    cfg = {**_config_json(config), "free_seconds": seconds, "seed": seed}
     for prop, findings in fr.check.by_property().items():
         if prop in excused:
             continue
         f = findings[0]
         more = f" (and {len(findings) - 1} more {prop} finding(s) in this run)" if len(findings) > 1 else ""
-        res.violations.append(Violation(prop, f.message + more, "free-running", 0,
+        res.violations.append(Violation(prop, f.message + more, campaign, 0,
                                         history_steps(f.ops, prop, f.message, f.culprit), cfg, concurrency="free",
-                                        detected_seconds=time.monotonic(), detected_steps=fr.ops))
-    if fr.leak == "fail":
-        res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", "free-running",
+                                        detected_seconds=time.monotonic(), detected_steps=res.steps))
+    if fr.leak == "fail" and "LEAK" not in excused:
+        res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", campaign,
                                         0, [], cfg, concurrency="free", detected_seconds=time.monotonic(),
-                                        detected_steps=fr.ops))
+                                        detected_steps=res.steps))
     if fr.check.verdict == "unknown":
         res.unknown = (f"{len(fr.check.unknown)} of {fr.check.partitions} handle histories ran out of the "
                        f"linearizability search budget")
     else:
-        res.completed = True
+        res.completed = res.unknown is None
+    return {"ops": fr.ops, "ops_per_second": round(fr.ops_per_second, 1), "puts": fr.puts,
+            "out_of_space": fr.out_of_space, "partitions": fr.check.partitions, "search_nodes": fr.check.nodes,
+            "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()}}
+
+
+def _run_constructions(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionConfig, res: CampaignResult,
+                       failed: frozenset[str]) -> CampaignResult:
+    """The ``constructions`` campaign: in each construction other than the
+    gate's primary one (``base``'s), the preemption sweep on a process pool
+    built that way, then a free-running load of ``gp.construction_seconds``.
+    A property the gate already failed (``failed``) is not reported again;
+    within a construction, one finding per property (the sweep's first).
+    ``res.rates["constructions"]`` lists what ran in each."""
+    from .races import sweep
+
+    t0 = time.monotonic()
+    runs = []
+    completed = True
+    for c in others(Construction.of(base)):
+        interrupt.check()
+        config = replace(c.config(base), excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE"))
+                         | failed)
+        row: dict[str, Any] = {**c.to_json(), "violations": 0}
+        before = len(res.violations)
+
+        def record(race, point, exc, steps, c=c) -> SessionConfig:
+            nonlocal config
+            at = f" at {point}" if point else ""
+            res.violations.append(Violation(exc.prop, f"{c.name}: preemption: {race.name}{at}: {exc.message}",
+                                            "constructions", 0, [s.to_json() for s in exc.steps],
+                                            _config_json(config), exc, concurrency="controlled",
+                                            detected_seconds=time.monotonic(), detected_steps=res.steps + steps))
+            config = replace(config, excused=config.excused | {exc.prop})
+            return config
+
+        try:
+            with ProcessPool(target, config.readers, start_method=c.start_method) as pool:
+                schedules, steps = sweep(target, config, pool, record)
+            res.examples += schedules
+            res.steps += steps
+            row["preemption"] = {"schedules": schedules, "steps": steps}
+            free = replace(free_config(n_readers=c.n_readers, writer_lock=c.writer_lock),
+                           start_method=c.start_method)
+            found = {v.property for v in res.violations[before:]}
+            row["free_running"] = _free_load(target, free, gp.construction_seconds, seed, res, "constructions",
+                                             config.excused | found)
+            for v in res.violations[before:]:
+                if v.concurrency == "free" and not v.message.startswith(c.name):
+                    v.message = f"{c.name}: free-running: {v.message}"
+        except ScheduleError as exc:
+            res.error = f"{c.name}: {type(exc).__name__}: {exc}"
+            completed = False
+        except Exception as exc:  # noqa: BLE001 - a harness or target crash, reported
+            res.error = f"{c.name}: {type(exc).__name__}: {exc}"
+            completed = False
+        row["violations"] = len(res.violations) - before
+        runs.append(row)
+        if res.error:
+            break
+    res.rates["constructions"] = runs
+    res.completed = completed and res.unknown is None
     res.seconds = time.monotonic() - t0
     return res
 
@@ -628,7 +735,7 @@ def _run_programs_scheduled(target: LoadedTarget, progs: list, base: SessionConf
     so only CONFORMANCE excusals carry over (as for the controlled campaign).
     A finding is recorded once per property (concurrency ``controlled``)."""
     config = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")))
-    with ProcessPool(target, base.readers) as pool:
+    with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
         for prog in progs:
             session, exc = run(target, prog, config, pool)
             res.steps += len(session.trace)
@@ -660,7 +767,7 @@ def _run_preemption(target: LoadedTarget, base: SessionConfig, res: CampaignResu
         return config
 
     try:
-        with ProcessPool(target, base.readers) as pool:
+        with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
             res.examples, res.steps = sweep(target, base, pool, record)
         res.completed = True
     except ScheduleError as exc:
@@ -776,6 +883,7 @@ def _config_json(c: SessionConfig) -> dict[str, Any]:
         "compare_state": c.compare_state,
         "excused": sorted(c.excused),
         "writer_lock": c.writer_lock,
+        "start_method": c.start_method,
     }
 
 
@@ -788,6 +896,7 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
         compare_state=d["compare_state"],
         excused=frozenset(d["excused"]),
         writer_lock=bool(d.get("writer_lock", False)),  # reports before 2026-12-01: vLLM's construction
+        start_method=str(d.get("start_method", "fork")),
     )
 
 

@@ -78,6 +78,11 @@ class LoadedTarget:
     profile: Profile
     source: Path | None = None
 
+    def __reduce__(self):
+        # A spawned worker gets the target by its spec and loads it afresh
+        # (a module is not picklable); the profile travels as it is.
+        return (_reload, (self.spec, self.profile))
+
     @property
     def ring_cls(self):
         return self.module.SingleWriterShmRingBuffer
@@ -434,6 +439,13 @@ def fetch_vllm(version: str) -> Path:
             release ships no store file (:class:`NoStoreFile`).
     """
     return fetch_store(version)[0]
+
+
+def _reload(spec: str, profile: Profile) -> LoadedTarget:
+    """``load_target(spec)`` with the profile the pickled target had (a
+    spawned worker's copy of the controller's target)."""
+    t = load_target(spec)
+    return t if t.profile == profile else LoadedTarget(t.spec, t.module, profile, t.source)
 
 
 def load_target(spec: str) -> LoadedTarget:

@@ -43,6 +43,7 @@ import shmspec
 from shmspec.model.profile import profile_for_vllm
 from shmspec.model.properties import PROPERTY_IDS
 
+from .constructions import Construction
 from .loader import NoStoreFile, TargetError, fetch_store, index_releases, index_url
 
 SCHEMA = "shmspec.matrix/1"
@@ -357,7 +358,7 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
         gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock)
         has_report = (report_dir / dirname / "report.json").is_file()
         row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
-               "model_profile": model_profile, "construction": {"writer_lock": writer_lock}, **gate,
+               "model_profile": model_profile, "construction": Construction(writer_lock=writer_lock).to_json(), **gate,
                "report": f"{dirname}/report.html" if has_report else None,
                "report_json": f"{dirname}/report.json" if has_report else None,
                "log": f"{dirname}/check.log"}

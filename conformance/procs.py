@@ -41,6 +41,7 @@ import dataclasses
 import os
 import pickle
 import signal
+import sys
 import time
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
@@ -57,6 +58,16 @@ from .serde import Blob, Garbage, HarnessSerde
 
 STEP_TIMEOUT = 5.0
 """Seconds the controller waits for a process to reach its next yield point."""
+
+START_METHODS = ("fork", "spawn")
+"""How reader processes start: forked from the controller (the writer's
+copy), or spawned (a fresh interpreter that loads the target by its spec and
+attaches by segment name).  The writer is always forked: it stands for the
+process that built the store and its lock, as vLLM's API process does."""
+
+SPAWN_STARTUP = 30.0
+"""Seconds a spawned worker may take to start (a fresh interpreter imports
+the harness and loads the target) before its first answer is due."""
 
 FORCED_WAIT = 10.0
 """Extra seconds the controller waits for a step forced into a held lock."""
@@ -295,6 +306,26 @@ def _trace_ring_access(ring: Any) -> None:
     ring.access_buf = access_buf
 
 
+def start_process(p: Any) -> None:
+    """``p.start()``; a spawned process does not re-run the controller's main
+    script (its ``__main__`` is hidden while the child's preparation data is
+    taken): workers need only the harness's own modules, and a controller
+    script without an ``if __name__ == "__main__"`` guard would otherwise
+    start its gate again in every spawned child."""
+    main = sys.modules.get("__main__")
+    if main is None or getattr(p, "_start_method", None) != "spawn":
+        p.start()
+        return
+    saved = {k: main.__dict__[k] for k in ("__file__", "__spec__") if k in main.__dict__}
+    main.__dict__.pop("__file__", None)
+    main.__spec__ = None
+    try:
+        p.start()
+    finally:
+        main.__dict__.pop("__spec__", None)
+        main.__dict__.update(saved)
+
+
 def worker_setup(parent_pid: int) -> None:
     """First thing in every worker process: Ctrl-C is the controller's to
     handle, and the worker dies with the controller (Linux ``PR_SET_PDEATHSIG``),
@@ -336,6 +367,9 @@ class ProcState:
     dead: bool = False
     blocked_at: int = -1
     """At ``pin_wait``: the pool's step count when it paused there."""
+    started: float | None = None
+    """A spawned worker that has not answered yet: its first answer may take
+    :data:`SPAWN_STARTUP` seconds more (None once it has answered, or forked)."""
 
     @property
     def idle(self) -> bool:
@@ -368,12 +402,16 @@ class ProcessPool:
     """
 
     def __init__(self, target: LoadedTarget, readers: tuple[str, ...] = ("r1", "r2"),
-                 step_timeout: float = STEP_TIMEOUT):
+                 step_timeout: float = STEP_TIMEOUT, start_method: str = "fork"):
+        if start_method not in START_METHODS:
+            raise ValueError(f"unknown start method {start_method!r} (choose from {', '.join(START_METHODS)})")
         self.target = target
         self.reader_names = tuple(readers)
         self.step_timeout = step_timeout
+        self.start_method = start_method
         self.ctx = multiprocess.get_context("fork")
-        self.lock = self.ctx.Lock()
+        self.reader_ctx = multiprocess.get_context(start_method)
+        self.lock = self.reader_ctx.Lock()
         self.procs: dict[str, ProcState] = {}
         self.lock_holder: str | None = None
         self.steps_taken = 0
@@ -388,12 +426,13 @@ class ProcessPool:
         # Workers must share the controller's resource tracker (see the module
         # docstring); a worker forked before it runs would start its own.
         resource_tracker.ensure_running()
-        parent, child = self.ctx.Pipe()
-        p = self.ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock, os.getpid()),
-                             name=f"shmspec-{name}", daemon=True)
-        p.start()
+        ctx = self.ctx if name == "writer" else self.reader_ctx
+        parent, child = ctx.Pipe()
+        p = ctx.Process(target=_worker_main, args=(name, child, self.target, self.lock, os.getpid()),
+                        name=f"shmspec-{name}", daemon=True)
+        start_process(p)
         child.close()
-        self.procs[name] = ProcState(name, p, parent)
+        self.procs[name] = ProcState(name, p, parent, started=time.monotonic() if ctx is not self.ctx else None)
 
     def __enter__(self) -> "ProcessPool":
         return self
@@ -405,6 +444,8 @@ class ProcessPool:
     def _recv(self, name: str, what: str, timeout: float | None = None) -> tuple:
         ps = self.procs[name]
         timeout = self.step_timeout if timeout is None else timeout
+        if ps.started is not None:
+            timeout += SPAWN_STARTUP
         try:
             ready = ps.conn.poll(timeout)
         except (EOFError, OSError):
@@ -412,6 +453,7 @@ class ProcessPool:
         if not ready:
             where = f" (last at yield point {ps.point})" if ps.point else ""
             raise ScheduleError(f"{_label(name)} did not reach {what} within {timeout:g} s{where}")
+        ps.started = None
         try:
             msg = pickle.loads(ps.conn.recv_bytes())
         except (EOFError, OSError):
@@ -556,7 +598,7 @@ class ProcessPool:
         """Kill every process and start fresh ones with a fresh lock (a process
         killed while holding the old lock would leave it held for ever)."""
         self.shutdown()
-        self.lock = self.ctx.Lock()
+        self.lock = self.reader_ctx.Lock()
         self.lock_holder = None
         names = list(self.procs)
         self.procs = {}

@@ -3,6 +3,7 @@ and a target in lockstep, with the same checks as the gate."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from typing import Any
 
 from .gate import config_from_json
@@ -43,7 +44,8 @@ def replay(target_spec: str, calls: list[dict[str, Any]], config: dict[str, Any]
 
 def replay_free(target_spec: str, config: dict[str, Any], prop: str) -> str | None:
     """Re-run a free-running load (``config``: geometry, ``n_readers``,
-    ``free_seconds``, ``seed`` as a report records them) and check its history.
+    ``free_seconds``, ``seed`` and the construction, ``writer_lock`` and
+    ``start_method``, as a report records them) and check its history.
     Returns ``"PROP: message"`` when ``prop`` is violated again, else None.
     The operating system's interleaving is not replayed: a timing-dependent
     finding may need a few re-runs (or ``--concurrency controlled``) to recur.
@@ -56,8 +58,10 @@ def replay_free(target_spec: str, config: dict[str, Any], prop: str) -> str | No
 
     target = load_target(target_spec)
     n = config["n_readers"]
-    cfg = free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
-                      max_object_size=config["max_object_size"])
+    cfg = replace(free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
+                              max_object_size=config["max_object_size"],
+                              writer_lock=bool(config.get("writer_lock", False))),
+                  start_method=str(config.get("start_method", "fork")))
     fr = run_free(target, cfg, config["free_seconds"], n, config["seed"])
     findings = fr.check.by_property().get(prop, [])
     if prop == "LEAK" and fr.leak == "fail":

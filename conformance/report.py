@@ -41,7 +41,8 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "model_profile": result.model_profile,
         "profile": result.profile,
         "concurrency": result.concurrency,
-        "construction": {"writer_lock": result.writer_lock},
+        "construction": result.construction.to_json(),
+        "constructions": result.constructions,
         "seed": result.seed,
         "verdict": result.verdict,
         "started": started,
@@ -184,7 +185,7 @@ def violation_panel(n: int, v: Violation) -> Panel:
              + (f", {cause}," if cause else "") + " than the earlier ones)" if v.occurrence > 1 else "")
     head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}{again}\n",
                          (v.message, "red"),
-                         f"\ncampaign {v.campaign}{mode}, round {v.round}, "
+                         f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
                             else f"{len(v.steps)} steps of a fixed fault scenario" if v.concurrency == "faults"
@@ -204,7 +205,8 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         Panel.fit(
             Text.assemble(
                 ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
-                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed}",
+                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed}\n",
+                f"construction {result.construction.name}",
             )
         )
     )
@@ -238,6 +240,15 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                 for f in c.rates.get("not_claimed", []):
                     console.print(f"[cyan]  {f['scenario']} (A preempted at its yield point {f['k']}): "
                                   f"{f['message']}[/]")
+        if c.mode == "constructions" and c.rates.get("constructions"):
+            for row in c.rates["constructions"]:
+                pre, free = row.get("preemption"), row.get("free_running")
+                what = ", ".join(x for x in (
+                    f"{pre['schedules']} preemption schedules" if pre else "",
+                    f"{free['ops']} free-running operations ({free['ops_per_second']:.0f} ops/s)" if free else "")
+                    if x) or "did not run"
+                found = f", [red]{row['violations']} violation(s)[/]" if row["violations"] else ""
+                console.print(f"campaign {c.name}: {row['name']}: {what}{found}")
         for rule, d in c.rates.get("client_deviations", {}).items():
             console.print(f"[cyan]campaign {c.name}: client deviation, reported, not failed ({d['property']} does "
                           f"not hold the store to it): {rule}, {d['count']} time(s); first: {d['first']}[/]")

@@ -513,7 +513,7 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
 
     cfg = config_from_json(config)
     target = load_target(target_spec)
-    with ProcessPool(target, cfg.readers) as pool:
+    with ProcessPool(target, cfg.readers, start_method=cfg.start_method) as pool:
         session = ScheduledSession(pool, target, cfg)
         try:
             for s in steps:

@@ -156,6 +156,11 @@ class SessionConfig:
     """The construction: False builds the writer as vLLM does, without the
     readers' lock; True gives it the readers' lock too (vLLM 0.33.0 then
     counts the writer's own gets)."""
+    start_method: str = "fork"
+    """How the concurrent campaigns start their writer and reader processes:
+    ``"fork"`` (copies of the controller) or ``"spawn"`` (fresh interpreters
+    that load the target by its spec and attach by segment name, as vLLM's
+    spawned workers do).  Lockstep sessions run in one process and ignore it."""
 
 
 def render(x: Any) -> str:

@@ -115,12 +115,16 @@ def test_gate_passes_on_impl_ci_profile(tmp_path):
     assert data["schema"] == "shmspec.report/1"
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")
     assert data["concurrency"] == "controlled"  # the ci profile's default
-    assert [c["mode"] for c in data["campaigns"]][-3:] == ["controlled", "faults", "threads"]
+    assert [c["mode"] for c in data["campaigns"]][-4:] == ["controlled", "faults", "threads", "constructions"]
     for pid in ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK",
                 "EXC", "PROM", "PROG", "LIVE", "SW", "CONFORMANCE"):
         assert data["properties"][pid] == "pass", pid  # WRAP: the boundary campaign's warped programs
     assert {"boundary", "exc", "protocol"} <= {c["name"] for c in data["campaigns"]}
-    assert data["construction"] == {"writer_lock": False}  # vLLM's construction, the default
+    assert data["construction"] == {"name": "writer unlocked, 2 forked readers", "writer_lock": False,
+                                    "start_method": "fork", "n_readers": 2}  # vLLM's construction, the default
+    assert [c["name"] for c in data["constructions"]] == [
+        "writer unlocked, 2 forked readers", "writer unlocked, 2 spawned readers",
+        "writer unlocked, 1 forked reader", "writer locked, 2 forked readers"]
     assert data["violations"] == [] and data["repro"] is None
     assert all(c["examples"] > 0 and c["steps"] > 0 for c in data["campaigns"])
     assert "<html" in (rep / "report.html").read_text().lower()

@@ -1,17 +1,33 @@
-"""impl in both writer constructions: the writer built as vLLM builds it (no
-reader lock: the default) and given the readers' lock too.  The controlled
-campaigns (the preemption sweep and the drawn schedules) and the free-running
-campaign must pass in each; the lockstep model agrees with impl's counting of
-a writer that has the lock (vLLM 0.33.0 counts such a writer's gets)."""
+"""Constructions: impl in both writer constructions (the writer built as vLLM
+builds it, no reader lock: the default; and given the readers' lock too), the
+controlled and free-running campaigns passing in each; the lockstep model
+agreeing with impl's counting of a writer that has the lock (vLLM 0.33.0
+counts such a writer's gets); and the ``constructions`` campaign, which runs
+the preemption sweep and a free-running load with readers spawned, with one
+reader, and in the other writer construction, and names the construction of
+each finding."""
 
 from __future__ import annotations
 
+import json
+import pickle
+import subprocess
+import sys
+import textwrap
 from dataclasses import replace
 
 import pytest
 
-from shmspec.conformance.gate import CONTROLLED, FAULTS, PREEMPTION, SW_CAMPAIGN, run_gate
-from shmspec.conformance.loader import load_target
+from shmspec.conformance.constructions import CONSTRUCTIONS, VLLM, Construction, others
+from shmspec.conformance.freerun import free_config, run_free
+from shmspec.conformance.gate import (CONSTRUCTIONS_CAMPAIGN, CONTROLLED, FAULTS, PREEMPTION, SW_CAMPAIGN,
+                                      config_from_json, run_gate)
+from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.mutants import MUTANTS_DIR
+from shmspec.conformance.procs import ProcessPool
+from shmspec.conformance.races import sweep
+from shmspec.conformance.report import report_json
+from shmspec.conformance.schedule import replay_schedule
 from shmspec.conformance.session import Call, Session, SessionConfig
 from shmspec.conformance.serde import Blob
 
@@ -28,7 +44,8 @@ def test_impl_passes_controlled_and_free_campaigns(writer_lock):
         assert ran and all(c.completed and c.error is None for c in ran), [(c.name, c.error) for c in ran]
         assert result.violations == [], [v.message for v in result.violations]
         if concurrency == "controlled":
-            assert {c.name for c in ran} == {PREEMPTION.name, CONTROLLED.name, FAULTS.name, SW_CAMPAIGN.name}
+            assert {c.name for c in ran} == {PREEMPTION.name, CONTROLLED.name, FAULTS.name, SW_CAMPAIGN.name,
+                                             CONSTRUCTIONS_CAMPAIGN.name}
             assert sum(c.steps for c in ran) > 500
 
 
@@ -61,3 +78,129 @@ def test_writer_with_the_lock_beyond_n_readers_is_refused():
         assert step.observed.startswith("TooManyReaders") and step.violations == []
     finally:
         s.close()
+
+
+# ------------------------------------------------------------- the dimension
+def test_construction_names_configs_and_reports_round_trip():
+    assert [c.name for c in CONSTRUCTIONS] == [
+        "writer unlocked, 2 forked readers", "writer unlocked, 2 spawned readers",
+        "writer unlocked, 1 forked reader", "writer locked, 2 forked readers"]
+    assert CONSTRUCTIONS[0] == VLLM and len(set(CONSTRUCTIONS)) == 4
+    assert others(VLLM) == CONSTRUCTIONS[1:]
+    assert VLLM in others(Construction(writer_lock=True)) and len(others(Construction(writer_lock=True))) == 3
+    assert len(others(Construction(start_method="spawn", n_readers=3))) == 4  # a primary outside the list
+    cfg = Construction(start_method="spawn", n_readers=1).config(SessionConfig())
+    assert (cfg.start_method, cfg.n_readers, cfg.readers, cfg.writer_lock) == ("spawn", 1, ("r1",), False)
+    assert Construction.of(cfg) == Construction(start_method="spawn", n_readers=1)
+    from shmspec.conformance.gate import _config_json
+    assert config_from_json(_config_json(cfg)) == cfg
+    # a report written before constructions: vLLM's construction
+    assert Construction.of({"n_readers": 2, "writer_lock": False}) == VLLM
+
+
+def test_a_target_pickles_as_its_spec_and_profile():
+    """A spawned worker loads the target afresh from its spec (a module is not
+    picklable) and keeps the controller's profile."""
+    impl = load_target("impl")
+    again = pickle.loads(pickle.dumps(impl))
+    assert again.module is impl.module and again.profile == impl.profile
+    fault = load_file(MUTANTS_DIR / "lone_reader_unscanned.py")
+    again = pickle.loads(pickle.dumps(fault))
+    assert again.spec == fault.spec and again.profile == fault.profile
+    assert again.module is not fault.module and again.module.__doc__ == fault.module.__doc__
+
+
+def test_spawned_readers_run_the_sweep_and_the_free_load():
+    """Readers spawned (fresh interpreters) and the writer forked: impl passes
+    the preemption sweep and a free-running load; the fault whose writer skips
+    the pin scan is caught with spawned readers too (so they really load and
+    run the file target)."""
+    readers = ("r1", "r2")
+    config = SessionConfig(start_method="spawn")
+    for spec, expect in (("impl", set()), (f"file:{MUTANTS_DIR / 'writer_unfenced.py'}", {"NRR"})):
+        target = load_target(spec)
+        found = set()
+
+        def record(race, point, exc, steps):
+            found.add(exc.prop)
+            return replace(config, excused=config.excused | found)
+
+        with ProcessPool(target, readers, start_method="spawn") as pool:
+            assert type(pool.procs["writer"].process).__name__ == "ForkProcess"
+            assert {type(pool.procs[r].process).__name__ for r in readers} == {"SpawnProcess"}
+            runs, steps = sweep(target, config, pool, record)
+        assert runs > 30 and steps > 500
+        assert found == expect, (spec, found)
+    fr = run_free(load_target("impl"), replace(free_config(2), start_method="spawn"), 0.5, 2, 0)
+    assert fr.verdict == "pass" and fr.puts > 50 and set(fr.per_process) == {"writer", "r1", "r2"}
+
+
+def test_spawned_readers_do_not_rerun_a_script_without_a_main_guard(tmp_path):
+    """A controller script with no ``if __name__ == "__main__"`` guard: its
+    spawned readers do not execute it again (they would start the load again,
+    recursively, and die on multiprocessing's bootstrapping error)."""
+    script = tmp_path / "unguarded.py"
+    script.write_text(textwrap.dedent("""
+        from dataclasses import replace
+        from shmspec.conformance.freerun import free_config, run_free
+        from shmspec.conformance.loader import load_target
+        fr = run_free(load_target("impl"), replace(free_config(1), start_method="spawn"), 0.3, 1, 0)
+        print("RAN", fr.verdict)
+    """))
+    out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr[-2000:]
+    assert out.stdout.split() == ["RAN", "pass"]
+    assert "bootstrapping phase" not in out.stderr
+
+
+def test_a_bad_start_method_is_one_clear_error():
+    with pytest.raises(ValueError, match="unknown start method 'forkserver'"):
+        ProcessPool(load_target("impl"), ("r1",), start_method="forkserver")
+
+
+# ------------------------------------------------------ the campaign, a fault
+@pytest.mark.slow
+def test_the_constructions_campaign_catches_a_one_reader_fault_and_names_its_construction():
+    """``lone_reader_unscanned`` skips the writer's pin scan only when the store
+    has one reader: every campaign of the primary construction (two readers)
+    passes it; the constructions campaign's one-reader construction catches
+    it (NRR), the finding names that construction, replays from its report
+    entry, and does not replay on impl.  report.json lists the four
+    constructions, the primary one first."""
+    spec = f"file:{MUTANTS_DIR / 'lone_reader_unscanned.py'}"
+    target = load_target(spec)
+    primary = run_gate(target, "ci", concurrency="off")  # every lockstep campaign and the boundary programs
+    assert len(primary.campaigns) >= 10 and primary.violations == []
+    pre = run_gate(target, "ci", campaigns=(PREEMPTION,), concurrency="off")
+    assert pre.violations == [] and pre.campaigns[0].completed
+    result = run_gate(target, "ci", campaigns=(CONSTRUCTIONS_CAMPAIGN,), concurrency="off")
+    (camp,) = result.campaigns
+    assert camp.error is None and camp.completed, camp.error
+    assert [v.property for v in result.violations] == ["NRR"]
+    v = result.violations[0]
+    assert v.construction == Construction(n_readers=1) and v.campaign == "constructions"
+    assert v.message.startswith("writer unlocked, 1 forked reader: preemption: ")
+    doc = json.loads(json.dumps(report_json(result, "2026-12-01T00:00:00Z")))
+    assert doc["violations"][0]["construction"]["name"] == "writer unlocked, 1 forked reader"
+    rows = doc["constructions"]
+    assert [r["name"] for r in rows] == [c.name for c in CONSTRUCTIONS]
+    assert rows[0]["primary"] and not any(r["primary"] for r in rows[1:])
+    assert [r["violations"] for r in rows[1:]] == [0, 1, 0]
+    assert all(r["preemption"]["schedules"] > 30 and r["free_running"]["ops"] > 100 for r in rows[1:])
+    entry = doc["violations"][0]
+    calls = [{k: s[k] for k in ("process", "kind", "action", "args")} for s in entry["steps"]]
+    got = replay_schedule(spec, calls, entry["config"])
+    assert got is not None and got.startswith("NRR"), got
+    assert replay_schedule("impl", calls, entry["config"]) is None
+
+
+@pytest.mark.slow
+def test_impl_passes_the_constructions_campaign_from_any_primary():
+    for primary in (VLLM, Construction(start_method="spawn", n_readers=1)):
+        result = run_gate(load_target("impl"), "ci", campaigns=(CONSTRUCTIONS_CAMPAIGN,), concurrency="off",
+                          config=primary.config(SessionConfig()))
+        (camp,) = result.campaigns
+        assert camp.completed and camp.error is None, camp.error
+        assert result.violations == [], [v.message for v in result.violations]
+        ran = [r["name"] for r in result.constructions[1:]]
+        assert ran == [c.name for c in others(primary)] and result.construction == primary

@@ -70,9 +70,12 @@ def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_p
 
 def test_free_running_campaign_impl_passes_and_reports_rates():
     result = run_gate(load_target("impl"), "ci", campaigns=(), concurrency="free")
-    c, faults, threads = result.campaigns  # free mode runs the faults and sw campaigns after the free-running one
+    # free mode runs the faults, sw and constructions campaigns after the free-running one
+    c, faults, threads, built = result.campaigns
     assert faults.name == "faults" and faults.completed and faults.error is None
     assert threads.name == "sw" and threads.completed and threads.error is None
+    assert built.name == "constructions" and built.completed and built.error is None
+    assert len(built.rates["constructions"]) == 3
     assert c.mode == "free" and c.completed and c.error is None
     assert result.verdict == "pass", result.violations
     assert c.rates["ops"] > 1000 and c.rates["ops_per_second"] > 0
