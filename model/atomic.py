@@ -36,8 +36,10 @@ place, count whatever sits at the handle's address; the put allocates at
 ``header_write``).  ``clear_resets``: ``clear()`` resets ids to 0 (vLLM <
 0.32).  ``read_once``: clients keep the read-once protocol.  ``max_chunks``
 (impl's ``K``, ack words modulo ``K``), ``fenced`` (the reader's fence between
-pin and check) and ``scan_pins`` (the writer's scan) are impl's; the last two
-switched off model the faults a must-fail config checks.
+pin and check), ``scan_pins`` (the writer's scan) and ``writer_fenced`` (the
+writer's fence between its drain store and its scan; without it the drain
+shows only at ``header_write``) are impl's; the last three switched off model
+the faults a must-fail config checks.
 """
 
 from __future__ import annotations
@@ -75,6 +77,8 @@ class Config:
         max_chunks: impl's live-chunk bound ``K`` (``MaxChunks``).
         fenced: impl's reader fences between its pin and its check (``Fenced``).
         scan_pins: impl's writer scans the pins and waits (``ScanPins``).
+        writer_fenced: impl's writer fences between publishing the drain a
+            put kills and reading the pins (``WriterFenced``).
     """
 
     readers: tuple[str, ...]
@@ -90,6 +94,7 @@ class Config:
     max_chunks: int = 2
     fenced: bool = True
     scan_pins: bool = True
+    writer_fenced: bool = True
 
     @classmethod
     def from_constants(cls, c: dict[str, Any]) -> "Config":
@@ -102,7 +107,7 @@ class Config:
             cfg = cls(tuple(sorted(c["Readers"])), int(c["RingUnits"]), tuple(sorted(c["Sizes"])),
                       tuple(sorted(c["Keys"])), int(c["IdMod"]), int(c["MaxPuts"]), int(c["MaxReads"]),
                       bool(c["Hardened"]), bool(c["ReadOnce"]), bool(c["ClearResets"]), int(c["MaxChunks"]),
-                      bool(c["Fenced"]), bool(c["ScanPins"]))
+                      bool(c["Fenced"]), bool(c["ScanPins"]), bool(c["WriterFenced"]))
         except KeyError as e:
             raise ValueError(f"constant {e.args[0]} is not set") from None
         if (not cfg.readers or cfg.ring_units < 2 or min(cfg.sizes) < 2 or cfg.id_mod < 1
@@ -254,6 +259,16 @@ def _reclaim(cfg: Config, s: State) -> State:
                       pub_start=s.chunks[n - 1][0] + 1, planned=0, wpc="idle")
 
 
+def _drain_kill(cfg: Config, s: State, a: int, n: int) -> tuple[int, int]:
+    """``(drain_lo, drain_hw)`` once the allocation of ``n`` units at ``a`` is
+    published: its bytes end the drain below them (all of them: the window
+    closes).  The spec's ``DrainKill``."""
+    lo, hi, hw = s.drain_lo, s.drain_hi, s.drain_hw
+    if lo < hi:
+        lo, hw = (hi, 0) if a % cfg.ring_units + n >= cfg.ring_units else (lo, max(hw, a % cfg.ring_units + n))
+    return lo, hw
+
+
 def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
     """Every enabled action of the spec's ``Next`` with its successor state,
     one per binding of the action's arguments (as TLC enumerates them)."""
@@ -265,14 +280,14 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
                 if s.wpc == "ready" and s.pend[0][4] == k and s.pend[0][2] == n:
                     ab, a, _, i, _ = s.pend[0]
                     _, _, cnt, obj = s.mem[a % B]
+                    lo, hw = (s.drain_lo, s.drain_hw) if cfg.writer_fenced else _drain_kill(cfg, s, a, n)
                     yield (Step("header_write", WRITER, (("key", k), ("size", n))),
-                           s._replace(mem=_set(s.mem, a % B, (i, n, cnt, obj)), wpc="header"))
+                           s._replace(mem=_set(s.mem, a % B, (i, n, cnt, obj)), wpc="header", drain_lo=lo,
+                                      drain_hw=hw))
                 a = _can_put(cfg, s, k, n)
                 if a is None:
                     continue
-                lo, hi, hw = s.drain_lo, s.drain_hi, s.drain_hw
-                if lo < hi:  # the allocation's bytes end the drain below them (all: the window closes)
-                    lo, hw = (hi, 0) if a % B + n >= B else (lo, max(hw, a % B + n))
+                lo, hw = _drain_kill(cfg, s, a, n) if cfg.writer_fenced else (s.drain_lo, s.drain_hw)
                 wait = tuple(cfg.scan_pins and p != 0 and p - 1 < s.pub_start for p in s.pins)
                 yield (Step("pin_scan", WRITER, (("key", k), ("size", n))),
                        s._replace(pend=((s.puts, a, n, s.id_end, k),), drain_lo=lo, drain_hw=hw, wwait=wait,

@@ -32,7 +32,7 @@ def outcomes():
 def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcomes):
     outcomes = {n: o for n, o in outcomes.items() if not o.config.properties}  # the safety configs
     assert set(outcomes) == {"MC_impl.cfg", "MC_impl_reread.cfg", "MC_impl_nofence.cfg", "MC_impl_noscan.cfg",
-                             "MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"}
+                             "MC_impl_writer_nofence.cfg", "MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"}
     for name, o in outcomes.items():
         assert o.ok, (name, o.check.holds.status, o.check.holds.invariant, o.agreement)
         a = o.agreement
@@ -45,6 +45,7 @@ def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcom
     assert outcomes["MC_impl_reread.cfg"].agreement.model_violated == []
     for name in ("MC_impl_nofence.cfg", "MC_impl_noscan.cfg"):
         assert outcomes[name].agreement.model_violated == ["CLR", "NRR", "PROM", "RC"]
+    assert outcomes["MC_impl_writer_nofence.cfg"].agreement.model_violated == ["CLR", "NRR"]
     for name in ("MC_vllm.cfg", "MC_vllm_old.cfg", "MC_vllm_reread.cfg"):
         assert outcomes[name].agreement.model_violated == ["CLR", "NRR", "RC"]
     # the vLLM protocol's state space is the one it had before impl's protocol
@@ -96,6 +97,33 @@ def test_impl_faults_break_nrr_where_the_pin_protocol_says(outcomes):
         assert i_pin < i_scan and (i_check > i_scan if "nofence" in name else i_check < i_scan)
         assert "an ack landed on another allocation" in cex["RC"][0].message
         assert "never started one" in cex["PROM"][0].message
+
+
+@java
+def test_an_unfenced_writer_breaks_nrr_for_a_drain_read(outcomes):
+    """Without the writer's fence between its drain store and its pin scan
+    (the reader fenced), the scan reads the pins before the drain store is
+    visible: a reader pins a pre-clear handle just after the scan and its
+    check still finds the chunk draining; the writer then writes the next
+    object into the slot the reader deserializes (NRR, CLR).  Acks are
+    untouched (a drain read is never acknowledged): RC and PROM hold."""
+    o = outcomes["MC_impl_writer_nofence.cfg"]
+    assert o.ok and sorted(o.check.expected) == ["CLR", "NRR"]
+    cex = {v.property: (v, r) for v, r in o.counterexamples}
+    assert set(cex) == {"NRR", "CLR"} and all(r.model_departs is None for _, r in cex.values())
+    v, _ = cex["NRR"]
+    actions = [(s["action"], s["process"]) for s in v.steps[1:]]
+    assert "deserialized o2 for handle h1(0,0), which holds o1" in v.message
+    i_clear = actions.index(("clear", "writer"))
+    i_scan = max(i for i, a in enumerate(actions) if a == ("pin_scan", "writer"))
+    i_pin, i_check = actions.index(("pin", "r1")), actions.index(("reader_check", "r1"))
+    i_header = max(i for i, a in enumerate(actions) if a == ("header_write", "writer"))
+    # the scan came first (it saw no pin), the check before the drain store showed (at header_write)
+    assert i_clear < i_scan < i_pin < i_check < i_header and actions[-1] == ("deserialize", "r1")
+    assert ("pin_wait", "writer") not in actions
+    # the writer-fenced model cannot follow the trace
+    fenced = atomic.Config(**{**model_config(o.config).__dict__, "writer_fenced": True})
+    assert replay_trace(fenced, o.check.found["NRR"].trace).model_departs is not None
 
 
 @java

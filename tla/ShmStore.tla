@@ -54,6 +54,11 @@
 (*              (x86-64 lets loads pass an earlier store): the pin step    *)
 (*              takes the verdict, the pin shows only at the check.        *)
 (* ScanPins:    impl's writer scans the pins and waits (FALSE: it does not). *)
+(* WriterFenced: impl's writer fences between publishing what a put kills  *)
+(*              (the drain window) and reading the pins.  FALSE models the *)
+(*              missing fence: the scan's loads of the pins are served     *)
+(*              before the drain store is visible, so the pins are read at *)
+(*              pin_scan and the drain shows only at header_write.         *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -68,7 +73,8 @@ CONSTANTS
     Hardened, ReadOnce, ClearResets,
     MaxChunks,    \* impl's live-chunk bound K (Hardened)
     Fenced,       \* impl's reader fence (Hardened)
-    ScanPins      \* impl's writer pin scan (Hardened)
+    ScanPins,     \* impl's writer pin scan (Hardened)
+    WriterFenced  \* impl's writer fence between its drain store and its pin scan (Hardened)
 
 NoObj   == 0      \* nothing deserialized (yet)
 Garbage == -1     \* bytes of more than one object
@@ -170,14 +176,17 @@ CanPut(k, n) ==
 \* waits for every pin on a chunk that is no longer live (reclaimed, or a
 \* drain read).  A drain read is never acknowledged, so a drain chunk needs
 \* no protection of its ack word.
+DrainKill(a, n) ==
+    IF drainLo < drainHi
+    THEN IF Phys(a) + n >= RingUnits THEN drainLo' = drainHi /\ drainHw' = 0
+         ELSE drainLo' = drainLo /\ drainHw' = Max(drainHw, Phys(a) + n)
+    ELSE UNCHANGED <<drainLo, drainHw>>
+
 pin_scan(k, n) ==
     /\ Hardened /\ CanPut(k, n)
     /\ LET a == Place(n)
        IN /\ pend' = <<[abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k]>>
-          /\ IF drainLo < drainHi
-             THEN IF Phys(a) + n >= RingUnits THEN drainLo' = drainHi /\ drainHw' = 0
-                  ELSE drainLo' = drainLo /\ drainHw' = Max(drainHw, Phys(a) + n)
-             ELSE UNCHANGED <<drainLo, drainHw>>
+          /\ IF WriterFenced THEN DrainKill(a, n) ELSE UNCHANGED <<drainLo, drainHw>>
     /\ wwait' = IF ScanPins THEN {r \in Readers : pins[r] # 0 /\ pins[r] - 1 < pubStart} ELSE {}
     /\ wpc' = IF wwait' = {} THEN "ready" ELSE "wait"
     /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, drainHi,
@@ -193,13 +202,15 @@ pin_wait ==
 
 \* put, the chunk's [id][chunk_size] header: vLLM allocates here (DUP, OOM,
 \* the wrap jump); impl writes the header of the allocation pin_scan planned
+\* (an unfenced writer's drain store becomes visible here, with the header)
 header_write(k, n) ==
     IF Hardened
     THEN /\ wpc = "ready" /\ k = pend[1].key /\ n = pend[1].size
          /\ mem' = [mem EXCEPT ![Phys(pend[1].addr)].id = pend[1].id, ![Phys(pend[1].addr)].size = n]
          /\ wpc' = "header"
+         /\ IF WriterFenced THEN UNCHANGED <<drainLo, drainHw>> ELSE DrainKill(pend[1].addr, n)
          /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, pend,
-                        drainLo, drainHi, drainHw, wwait, readerVars>>
+                        drainHi, wwait, readerVars>>
     ELSE /\ CanPut(k, n)
          /\ LET a == Place(n) IN
             /\ chunks' = Append(chunks, [abs |-> puts, addr |-> a, size |-> n, id |-> idEnd, key |-> k])
