@@ -43,6 +43,7 @@ from .history import LIN_PROPERTIES
 from . import interrupt
 from .procs import ProcessPool, ScheduleError
 from .schedule import CHECKS as SCHEDULED_CHECKS
+from .schedule import CONTROLLED_CHECKS
 from .schedule import scheduled_machine
 from .session import Call, PropertyViolation, SessionConfig
 
@@ -59,7 +60,7 @@ PREEMPTION = Campaign("preemption", frozenset(), SCHEDULED_CHECKS, mode="preempt
 """Every yield point of a get (and of the writer's operations) preempted once
 against an opposing operation (conformance/races.py); runs before the
 Hypothesis-drawn schedules, so a one-preemption race is found whatever the seed."""
-CONTROLLED = Campaign("controlled", frozenset(), SCHEDULED_CHECKS, mode="controlled")
+CONTROLLED = Campaign("controlled", frozenset(), CONTROLLED_CHECKS, mode="controlled")
 """Writer and reader processes under schedules Hypothesis draws (conformance/schedule.py)."""
 FAULTS = Campaign("faults", frozenset(), frozenset({"LIVE", "NRR"}), mode="faults")
 """Process faults (conformance/faults.py): a reader SIGKILLed in the reader
@@ -387,8 +388,11 @@ def _run_campaign(target: LoadedTarget, campaign: Campaign, gp: GateProfile, see
         return _run_programs(target, gp, base, res, scheduled=concurrency == "controlled", found=found)
     if campaign.mode in ("controlled", "preemption"):
         # Races are findings of their own: only CONFORMANCE excusals carry
-        # over, and what the preemption sweep found (``raced``).
-        base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")) | set(raced))
+        # over, what the preemption sweep found (``raced``), and PROM and PROG
+        # once found (the client's account, which needs no interleaving: a
+        # lockstep finding of either has the same cause).
+        base = replace(base, excused=frozenset(e for e in base.excused if e.startswith("CONFORMANCE")) | set(raced)
+                       | (failed & {"PROM", "PROG"}))
         if campaign.mode == "preemption":
             return _run_preemption(target, base, res)
         try:
@@ -453,7 +457,9 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
         except PropertyViolation as exc:
             shrink_used = time.monotonic() - counters.get("failed_at", time.monotonic())
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
-                                            [s.to_json() for s in exc.steps], _config_json(config), exc,
+                                            [s.to_json() for s in exc.steps],
+                                            {**_config_json(config), **({"promises": True} if campaign.mode ==
+                                                                        "controlled" else {})}, exc,
                                             concurrency="off" if campaign.mode == "lockstep" else campaign.mode,
                                             detected_seconds=counters.get("failed_at", time.monotonic()),
                                             detected_steps=res.steps + counters.get("failed_steps",

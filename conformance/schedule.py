@@ -15,7 +15,13 @@ yield point.  After every step it reads the writer's ring and checks:
   the gets started against its handle (a count for a read that did not happen
   lets a chunk be reclaimed before its reads, e.g. an increment landing on a
   recycled slot);
-* FIFO and DISJ on the live chunks.
+* FIFO and DISJ on the live chunks;
+* with ``promises`` (the controlled campaign, whose reads are drawn): PROM, a
+  get that a reader was promised (one read per reader per put, until a
+  ``clear()``) and has not made fails StaleHandle; and PROG when the session
+  ends: every reader makes the promised reads it has not started, the writer
+  runs ``free_unused``, and a put of ``max_object_size`` must then succeed
+  (else the finding names the chunks left pinned and their counts).
 
 The machine (:func:`scheduled_machine`) only draws which step comes next, so a
 counterexample shrinks in its operations and its schedule together, and the
@@ -45,7 +51,10 @@ from .session import SEVERITY, PropertyViolation, SessionConfig
 KEYS = tuple(f"k{i}" for i in range(6))
 _READ_POINTS = tuple(READ_STEPS) + tuple(LOCK_STEPS)
 CHECKS = frozenset({"NRR", "CLR", "RC", "FIFO", "DISJ", "LEAK"})
-"""What a completed controlled campaign establishes."""
+"""What a completed preemption sweep establishes."""
+CONTROLLED_CHECKS = CHECKS | {"PROM", "PROG"}
+"""What a completed controlled campaign establishes (its sessions keep the
+client's account of promised reads)."""
 
 
 @dataclass
@@ -107,10 +116,14 @@ class ScheduledSession:
     :class:`~.procs.ScheduleError` when a process does not respond in time.
     """
 
-    def __init__(self, pool: ProcessPool, target: LoadedTarget, config: SessionConfig):
+    def __init__(self, pool: ProcessPool, target: LoadedTarget, config: SessionConfig, promises: bool = False):
         self.pool = pool
         self.target = target
         self.config = config
+        self.promises = promises
+        """Check PROM on every get and PROG when the session ends (see the module docstring)."""
+        self.made: dict[str, dict[str, int]] = {}
+        """ref -> reader -> gets of it that returned its object."""
         self.refs: list[Ref] = []
         self.trace: list[LaneStep] = []
         self.excused_hits: list[tuple[str, str]] = []
@@ -246,11 +259,63 @@ class ScheduledSession:
                                      f"{difference(_decode(res['value']), r.data)}"))
                 elif r.epoch < self.get_epoch.get(proc, 0) and self.target.profile.clr != "drain":
                     v.append(("CLR", f"handle {r.ref} issued before a clear() resolved in a get started after it"))
-            elif res["error"] != "StaleHandle":
+                else:
+                    made = self.made.setdefault(r.ref, {})
+                    made[proc] = made.get(proc, 0) + 1
+            elif res["error"] == "StaleHandle":
+                v += self._promise_broken(proc, r)
+            else:
                 v.append(("CONFORMANCE", f"reader {proc} get of {r.ref} raised {res['detail']}"))
         elif res["error"] is not None and res["error"] not in ("OutOfSpace", "DuplicateKey", "UnknownKey"):
             v.append(("CONFORMANCE", f"writer {action} raised {res['detail']}"))
         return v
+
+    def _promise_broken(self, proc: str, r: Ref) -> list[tuple[str, str]]:
+        """PROM: ``proc``'s get of ``r`` raised StaleHandle although ``proc`` was
+        promised a read of it (``r`` put since the last clear, which had not
+        started when the get did) and has not made it."""
+        if (not self.promises or proc not in self.config.readers or r.epoch != self.epoch
+                or self.get_epoch.get(proc) != self.epoch or self.clear_running
+                or self.made.get(r.ref, {}).get(proc, 0) > 0):
+            return []
+        over = [f"{x} read it {n} times" for x, n in sorted(self.made.get(r.ref, {}).items()) if n > 1]
+        return [("PROM", f"{proc}'s promised read of {r.ref} ({r.address}, {r.id}) failed with StaleHandle: its "
+                         f"chunk was evicted before {proc} read it"
+                 + (f" ({', '.join(over)}: the client broke the read-once rule; PROM still holds the store to "
+                    f"the other readers' promised reads)" if over else ""))]
+
+    def drain_and_put(self) -> None:
+        """PROG at the end of a session (``promises``): each reader reads, to
+        the end, every handle put since the last clear that it has not
+        started a get of; the writer runs ``free_unused``; then a put of the
+        largest object must return a handle.
+
+        Raises:
+            PropertyViolation: PROG (the put found no room: the chunks still
+                live are named with their counts), or a property a drain step
+                broke.
+        """
+        for reader in self.config.readers:
+            for r in [r for r in self.refs if r.epoch == self.epoch and r.ref not in self.started_by.get(reader, ())]:
+                self.execute({"process": reader, "kind": "start", "action": "get", "args": {"ref": r.ref}})
+                run_whole(self, reader)
+        self.execute({"process": "writer", "kind": "start", "action": "free_unused", "args": {}})
+        run_whole(self, "writer")
+        data = payload(self.config, len(self.refs) + 1, 100)
+        self.execute({"process": "writer", "kind": "start", "action": "put",
+                      "args": {"key": "prog", "data": data.hex()}})
+        run_whole(self, "writer")
+        last = self.trace[-1]
+        if last.process == "writer" and last.point is None and (last.observed or "").startswith("OutOfSpace"):
+            n = self.config.n_readers
+            pinned = "; ".join(f"id {c.id} at {c.address} ({c.counts_text(n)})" for c in (self.snap.chunks if
+                                                                                          self.snap else []))
+            msg = (f"every promised read made and free_unused run, a put of the largest object ({len(data)} "
+                   f"payload bytes) raised OutOfSpace: still live: {pinned or 'nothing'}")
+            last.violations.append(("PROG", msg))
+            if not self._excused("PROG", "put") and not self.failed:
+                self.failed = True
+                raise PropertyViolation("PROG", msg, self.trace, "put")
 
     def _state_checks(self, before: Snapshot | None, after: Snapshot | None, writer_action: str) -> list[tuple[str, str]]:
         if after is None:
@@ -298,6 +363,11 @@ class ScheduledSession:
                 try:
                     self.execute({"process": run[0], "kind": "advance"})
                 except PropertyViolation as exc:  # found while draining: still drain the rest
+                    pending = exc
+            if self.promises and pending is None and not self.failed and not self.runnable():
+                try:
+                    self.drain_and_put()
+                except PropertyViolation as exc:
                     pending = exc
             closed_clean = self.pool.close_store()
         except Exception:
@@ -392,7 +462,7 @@ class _Scheduled(RuleBasedStateMachine):
 
     @initialize()
     def open_store(self) -> None:
-        self.session = ScheduledSession(self.pool, self.target, self.config)
+        self.session = ScheduledSession(self.pool, self.target, self.config, promises=True)
 
     def _run(self, step: dict) -> None:
         interrupt.check()  # a swallowed SIGTERM stops the run here (conformance/interrupt.py)
@@ -514,7 +584,8 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
     cfg = config_from_json(config)
     target = load_target(target_spec)
     with ProcessPool(target, cfg.readers, start_method=cfg.start_method) as pool:
-        session = ScheduledSession(pool, target, cfg)
+        # a controlled campaign's finding keeps the client's account (PROM, PROG) on replay
+        session = ScheduledSession(pool, target, cfg, promises=bool(config.get("promises", False)))
         try:
             for s in steps:
                 # A schedule is replayed as closely as the target allows: a step
@@ -533,5 +604,5 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
     return None
 
 
-__all__ = ["CHECKS", "LaneStep", "Ref", "ScheduledSession", "churn", "payload", "replay_schedule", "reused", "run_whole",
+__all__ = ["CHECKS", "CONTROLLED_CHECKS", "LaneStep", "Ref", "ScheduledSession", "churn", "payload", "replay_schedule", "reused", "run_whole",
            "scheduled_machine"]

@@ -1,0 +1,61 @@
+"""PROM and PROG in the controlled campaign (its reads are drawn): the
+sessions keep the client's account of promised reads, a get a reader was
+promised and has not made must not raise StaleHandle (PROM), and when a
+session ends, once every promised read is made and ``free_unused`` ran, a put
+of the largest object must find room (PROG).  Findings replay from their
+report entry (``config["promises"]``)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from shmspec.conformance.gate import CONTROLLED, run_gate
+from shmspec.conformance.loader import load_target
+from shmspec.conformance.schedule import CONTROLLED_CHECKS, replay_schedule
+
+LOST_ACKS = f"file:{Path(__file__).resolve().parent / 'targets' / 'impl_lost_acks.py'}"
+
+
+def _controlled(spec):
+    result = run_gate(load_target(spec), "ci", campaigns=(CONTROLLED,), concurrency="off")
+    (camp,) = result.campaigns
+    assert camp.error is None and camp.completed, camp.error
+    return result
+
+
+def test_impl_keeps_every_promise_in_controlled_schedules():
+    result = _controlled("impl")
+    assert {"PROM", "PROG"} <= set(result.campaigns[0].checks) and {"PROM", "PROG"} <= CONTROLLED_CHECKS
+    assert result.violations == [], [v.message for v in result.violations]
+    assert result.properties["PROM"] == result.properties["PROG"] == "pass"
+
+
+@pytest.mark.slow
+def test_a_reader_whose_acks_are_lost_pins_the_ring_and_prog_names_the_chunks():
+    result = _controlled(LOST_ACKS)
+    (v,) = [v for v in result.violations if v.property == "PROG"]
+    assert v.concurrency == "controlled" and v.config["promises"] is True
+    assert "every promised read made and free_unused run, a put of the largest object" in v.message
+    assert "still live: id " in v.message and "reads per reader [" in v.message and ", 0] < writer_count 1" in v.message
+    assert v.steps[-1]["action"] == "put" and v.steps[-1]["args"]["key"] == "prog"
+    calls = v.calls()
+    got = replay_schedule(LOST_ACKS, calls, v.config)
+    assert got is not None and got.startswith("PROG: "), got
+    assert replay_schedule("impl", calls, v.config) is None
+    # without the client's account the same schedule finds nothing
+    assert replay_schedule(LOST_ACKS, calls, {**v.config, "promises": False}) is None
+
+
+@pytest.mark.slow
+def test_vllm_evicts_a_promised_reference_after_another_readers_second_read():
+    """vLLM counts reads, not readers: a reader's second read of one handle
+    (an n > 1 fan-out) completes the count, the chunk is reclaimed, and the
+    other reader's promised read fails (the over-read eviction, PROM)."""
+    result = _controlled("vllm==0.33.0")
+    (v,) = [v for v in result.violations if v.property == "PROM"]
+    assert "failed with StaleHandle: its chunk was evicted before" in v.message
+    assert "read it 2 times: the client broke the read-once rule; PROM still holds the store" in v.message
+    got = replay_schedule("vllm==0.33.0", v.calls(), v.config)
+    assert got is not None and got.startswith("PROM: "), got
