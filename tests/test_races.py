@@ -97,6 +97,6 @@ def test_preemption_catches_narrow_race(fault, prop, point):
 
 def test_gate_runs_the_sweep_before_the_drawn_schedules():
     result = run_gate(load_target("impl"), "ci", campaigns=(), concurrency="controlled", first_finding_only=True)
-    assert [c.name for c in result.campaigns] == ["preemption", "controlled", "faults", "sw"]
+    assert [c.name for c in result.campaigns] == ["preemption", "controlled", "faults", "sw", "constructions"]
     assert result.verdict == "pass"
     assert result.campaigns[0].examples >= 4 * len(READER_HISTORIES) * len(READER_OPS) + len(WRITER_OPS)
