@@ -180,8 +180,11 @@ def _survive(run: _Run, reader: str, start: int) -> None:
             return
 
 
-def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False) -> ScenarioResult:
-    """Run one scenario on a fresh pool.
+def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
+                 start_method: str = "fork") -> ScenarioResult:
+    """Run one scenario on a fresh pool (two readers, started by
+    ``start_method``; the writer built with the readers' lock when
+    ``writer_lock``).
 
     Raises:
         ValueError: unknown scenario.
@@ -191,7 +194,7 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False)
         raise ValueError(f"unknown fault scenario {scenario!r} (choose from {', '.join(SCENARIOS)})")
     res = ScenarioResult(scenario)
     t0 = time.monotonic()
-    with ProcessPool(target, READERS, step_timeout=LIVE_BOUND) as pool:
+    with ProcessPool(target, READERS, step_timeout=LIVE_BOUND, start_method=start_method) as pool:
         pool.open_store(DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, len(READERS), writer_lock)
         run = _Run(pool, res)
         h1, d1 = run.put("k0", 0)
@@ -228,15 +231,16 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False)
 
 def replay_fault(target_spec: str, config: dict[str, Any], prop: str) -> str | None:
     """Re-run the scenario a report's violation names (``config["scenario"]``,
-    ``config["writer_lock"]``); ``"PROP: message"`` when ``prop`` is violated
-    again, else None.
+    ``config["writer_lock"]``, ``config["start_method"]``, default ``fork``);
+    ``"PROP: message"`` when ``prop`` is violated again, else None.
 
     Raises:
         TargetError: the target cannot be loaded.
     """
     from .loader import load_target
 
-    res = run_scenario(load_target(target_spec), config["scenario"], bool(config.get("writer_lock")))
+    res = run_scenario(load_target(target_spec), config["scenario"], bool(config.get("writer_lock")),
+                       str(config.get("start_method", "fork")))
     found = [f for f in res.findings if f.property == prop]
     return f"{prop}: {found[0].message}" if found else None
 

@@ -223,7 +223,12 @@ class GateResult:
         primary one with the campaigns that ran in it, then each one the
         ``constructions`` campaign ran, with what ran there."""
         ran = [c.name for c in self.campaigns if c.mode != "constructions" and not c.skipped]
-        out = [{**self.construction.to_json(), "primary": True, "campaigns": ran}]
+        # the faults campaign needs a survivor: it always runs two readers
+        two = Construction(self.construction.writer_lock, self.construction.start_method, 2)
+        apart = [n for n in ran if n == "faults"] if two != self.construction else []
+        out = [{**self.construction.to_json(), "primary": True, "campaigns": [n for n in ran if n not in apart]}]
+        if apart:
+            out.append({**two.to_json(), "primary": False, "campaigns": apart})
         for c in self.campaigns:
             for row in c.rates.get("constructions", []) if c.mode == "constructions" else []:
                 parts = [k for k in ("preemption", "free_running") if k in row]
@@ -496,7 +501,7 @@ def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) 
     res.rates = {"live_bound_seconds": LIVE_BOUND, "scenarios": {}}
     for name in SCENARIOS:
         try:
-            sr = run_scenario(target, name, base.writer_lock)
+            sr = run_scenario(target, name, base.writer_lock, base.start_method)
         except ScheduleError as exc:
             res.error = f"{name}: ScheduleError: {exc}"
             break
@@ -511,7 +516,8 @@ def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) 
                 continue
             seen.add(f.property)
             cfg = {"scenario": name, "data_buffer_size": DATA_BUFFER_SIZE, "max_object_size": MAX_OBJECT_SIZE,
-                   "readers": list(READERS), "writer_lock": base.writer_lock, "live_bound_seconds": LIVE_BOUND}
+                   "readers": list(READERS), "n_readers": len(READERS), "writer_lock": base.writer_lock,
+                   "start_method": base.start_method, "live_bound_seconds": LIVE_BOUND}
             res.violations.append(Violation(f.property, f"{name}: {f.message}", "faults", 0, f.steps, cfg,
                                             concurrency="faults", detected_seconds=time.monotonic(),
                                             detected_steps=res.steps))

@@ -87,6 +87,7 @@ class FaultOutcome:
             "caught_by": first.property if first else None,
             "campaign": first.campaign if first else None,
             "concurrency": first.concurrency if first else None,
+            "construction": first.construction.name if first else None,
             "seconds_to_detection": first.detected_seconds if first else None,
             "steps_to_detection": first.detected_steps if first else None,
             "expected_detection": None if exp is None else {
@@ -372,7 +373,9 @@ def main(args, console, err) -> int:
 
         def on_done(row: dict) -> None:
             mark = "[green]caught[/]" if row["caught"] else "[bold red]NOT caught[/]"
-            how = (f" first by {row['caught_by']} ({row['campaign']}) after {row['seconds_to_detection']:.1f} s"
+            where = row["campaign"] if row.get("campaign") != "constructions" else \
+                f"constructions: {row.get('construction')}"
+            how = (f" first by {row['caught_by']} ({where}) after {row['seconds_to_detection']:.1f} s"
                    if row["seconds_to_detection"] is not None else "")
             progress.console.print(f"{row['name']}: {mark} ({row['expected']}){how}")
             progress.advance(bar)

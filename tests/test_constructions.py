@@ -204,3 +204,17 @@ def test_impl_passes_the_constructions_campaign_from_any_primary():
         assert result.violations == [], [v.message for v in result.violations]
         ran = [r["name"] for r in result.constructions[1:]]
         assert ran == [c.name for c in others(primary)] and result.construction == primary
+
+
+def test_the_faults_campaign_is_listed_under_the_two_reader_construction_it_ran_in():
+    """With a one-reader primary construction, the faults campaign (which needs
+    a survivor) runs two readers, started as the primary says: report.json
+    lists it there, not under the primary."""
+    from shmspec.conformance.gate import FAULTS
+    primary = Construction(start_method="spawn", n_readers=1)
+    result = run_gate(load_target("impl"), "ci", campaigns=(FAULTS,), concurrency="off",
+                      config=primary.config(SessionConfig()))
+    assert result.campaigns[0].completed and result.violations == []
+    rows = result.constructions
+    assert rows[0]["name"] == "writer unlocked, 1 spawned reader" and rows[0]["campaigns"] == []
+    assert rows[1] == {**Construction(start_method="spawn").to_json(), "primary": False, "campaigns": ["faults"]}
