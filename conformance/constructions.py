@@ -13,9 +13,10 @@ A property holds only for the constructions it was checked in.  A
 * ``n_readers``: one reader (``reader_count`` reaches ``n_readers`` at the
   first read) or several.
 
-The gate runs every campaign in its *primary* construction (``--writer-lock``
-chooses between the two writer constructions; readers forked, two of them) and
-the ``constructions`` campaign in each other one of :data:`CONSTRUCTIONS`.
+The gate runs every campaign in its *primary* construction (``shmspec check
+--writer-lock --start-method --readers``; by default :data:`VLLM`) and the
+``constructions`` campaign in each one of :data:`CONSTRUCTIONS` that is not
+the primary.
 """
 
 from __future__ import annotations

@@ -84,12 +84,14 @@ class FreeLoad:
 
 
 def free_config(n_readers: int = 2, data_buffer_size: int = 64 * 1024,
-                max_object_size: int = 4 * 1024, writer_lock: bool = False) -> SessionConfig:
+                max_object_size: int = 4 * 1024, writer_lock: bool = False,
+                start_method: str = "fork") -> SessionConfig:
     """Geometry for a free run (bytes): a larger ring than the lockstep
-    default; ``writer_lock``: the construction (False: vLLM's writer, no lock)."""
+    default; ``writer_lock`` and ``start_method``: the construction (default
+    vLLM's: the writer without the lock, readers forked)."""
     return SessionConfig(data_buffer_size=data_buffer_size, max_object_size=max_object_size,
                          n_readers=n_readers, readers=tuple(f"r{i + 1}" for i in range(n_readers)),
-                         compare_state=False, writer_lock=writer_lock)
+                         compare_state=False, writer_lock=writer_lock, start_method=start_method)
 
 
 # ------------------------------------------------------------------- payloads

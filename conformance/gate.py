@@ -575,7 +575,7 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
     whose steps are that handle's sub-history."""
     t0 = time.monotonic()
     n = len(base.readers)
-    config = replace(free_config(n_readers=n, writer_lock=base.writer_lock), start_method=base.start_method)
+    config = free_config(n_readers=n, writer_lock=base.writer_lock, start_method=base.start_method)
     try:
         res.rates = _free_load(target, config, gp.free_seconds, seed, res, "free-running",
                                {e for e in base.excused if e.startswith("CONFORMANCE@")})
@@ -586,9 +586,9 @@ def _run_free(target: LoadedTarget, gp: GateProfile, seed: int, base: SessionCon
 
 
 def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed: int, res: CampaignResult,
-               campaign: str, excused: set[str] | frozenset[str]) -> dict[str, Any]:
+               campaign: str, excused: set[str] | frozenset[str], prefix: str = "") -> dict[str, Any]:
     """One free-running load: its findings (the first of each property not
-    in ``excused``) appended to ``res.violations``, ``res`` marked completed
+    in ``excused``; ``prefix`` starts their messages) appended to ``res.violations``, ``res`` marked completed
     or unknown, its examples and steps added; returns its rates.
 
     Raises:
@@ -604,11 +604,11 @@ def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed
             continue
         f = findings[0]
         more = f" (and {len(findings) - 1} more {prop} finding(s) in this run)" if len(findings) > 1 else ""
-        res.violations.append(Violation(prop, f.message + more, campaign, 0,
+        res.violations.append(Violation(prop, prefix + f.message + more, campaign, 0,
                                         history_steps(f.ops, prop, f.message, f.culprit), cfg, concurrency="free",
                                         detected_seconds=time.monotonic(), detected_steps=res.steps))
     if fr.leak == "fail" and "LEAK" not in excused:
-        res.violations.append(Violation("LEAK", "the segment was still there after the writer closed", campaign,
+        res.violations.append(Violation("LEAK", f"{prefix}the segment was still there after the writer closed", campaign,
                                         0, [], cfg, concurrency="free", detected_seconds=time.monotonic(),
                                         detected_steps=res.steps))
     if fr.check.verdict == "unknown":
@@ -640,31 +640,17 @@ def _run_constructions(target: LoadedTarget, gp: GateProfile, seed: int, base: S
                          | failed)
         row: dict[str, Any] = {**c.to_json(), "violations": 0}
         before = len(res.violations)
-
-        def record(race, point, exc, steps, c=c) -> SessionConfig:
-            nonlocal config
-            at = f" at {point}" if point else ""
-            res.violations.append(Violation(exc.prop, f"{c.name}: preemption: {race.name}{at}: {exc.message}",
-                                            "constructions", 0, [s.to_json() for s in exc.steps],
-                                            _config_json(config), exc, concurrency="controlled",
-                                            detected_seconds=time.monotonic(), detected_steps=res.steps + steps))
-            config = replace(config, excused=config.excused | {exc.prop})
-            return config
-
         try:
             with ProcessPool(target, config.readers, start_method=c.start_method) as pool:
+                record = _sweep_recorder(res, "constructions", config, f"{c.name}: ", res.steps)
                 schedules, steps = sweep(target, config, pool, record)
             res.examples += schedules
             res.steps += steps
             row["preemption"] = {"schedules": schedules, "steps": steps}
-            free = replace(free_config(n_readers=c.n_readers, writer_lock=c.writer_lock),
-                           start_method=c.start_method)
+            free = free_config(n_readers=c.n_readers, writer_lock=c.writer_lock, start_method=c.start_method)
             found = {v.property for v in res.violations[before:]}
             row["free_running"] = _free_load(target, free, gp.construction_seconds, seed, res, "constructions",
-                                             config.excused | found)
-            for v in res.violations[before:]:
-                if v.concurrency == "free" and not v.message.startswith(c.name):
-                    v.message = f"{c.name}: free-running: {v.message}"
+                                             config.excused | found, f"{c.name}: free-running: ")
         except ScheduleError as exc:
             res.error = f"{c.name}: {type(exc).__name__}: {exc}"
             completed = False
@@ -759,6 +745,26 @@ def _run_programs_scheduled(target: LoadedTarget, progs: list, base: SessionConf
                 config = replace(config, excused=config.excused | {exc.prop})
 
 
+def _sweep_recorder(res: CampaignResult, campaign: str, config: SessionConfig, prefix: str = "",
+                    steps_before: int = 0) -> Callable:
+    """The ``on_violation`` callback of :func:`~.races.sweep`: each finding
+    becomes a violation of ``campaign`` (concurrency ``controlled``: its steps
+    are the exact schedule; ``prefix`` starts its message) and its property
+    is excused for the schedules after it."""
+    current = [config]
+
+    def record(race, point, exc, steps) -> SessionConfig:
+        at = f" at {point}" if point else ""
+        res.violations.append(Violation(exc.prop, f"{prefix}preemption: {race.name}{at}: {exc.message}", campaign, 0,
+                                        [s.to_json() for s in exc.steps], _config_json(current[0]), exc,
+                                        concurrency="controlled", detected_seconds=time.monotonic(),
+                                        detected_steps=steps_before + steps))
+        current[0] = replace(current[0], excused=current[0].excused | {exc.prop})
+        return current[0]
+
+    return record
+
+
 def _run_preemption(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:
     """The preemption-bounded sweep (:func:`~.races.sweep`) on one process
     pool; a finding is recorded once per property (concurrency ``controlled``:
@@ -766,21 +772,9 @@ def _run_preemption(target: LoadedTarget, base: SessionConfig, res: CampaignResu
     from .races import sweep
 
     t0 = time.monotonic()
-    config = base
-
-    def record(race, point, exc, steps) -> SessionConfig:
-        nonlocal config
-        at = f" at {point}" if point else ""
-        res.violations.append(Violation(exc.prop, f"preemption: {race.name}{at}: {exc.message}", "preemption", 0,
-                                        [s.to_json() for s in exc.steps], _config_json(config), exc,
-                                        concurrency="controlled", detected_seconds=time.monotonic(),
-                                        detected_steps=steps))
-        config = replace(config, excused=config.excused | {exc.prop})
-        return config
-
     try:
         with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
-            res.examples, res.steps = sweep(target, base, pool, record)
+            res.examples, res.steps = sweep(target, base, pool, _sweep_recorder(res, "preemption", base))
         res.completed = True
     except ScheduleError as exc:
         res.error = f"ScheduleError: {exc}"

@@ -367,9 +367,9 @@ class ProcState:
     dead: bool = False
     blocked_at: int = -1
     """At ``pin_wait``: the pool's step count when it paused there."""
-    started: float | None = None
+    starting: bool = False
     """A spawned worker that has not answered yet: its first answer may take
-    :data:`SPAWN_STARTUP` seconds more (None once it has answered, or forked)."""
+    :data:`SPAWN_STARTUP` seconds more."""
 
     @property
     def idle(self) -> bool:
@@ -432,7 +432,7 @@ class ProcessPool:
                         name=f"shmspec-{name}", daemon=True)
         start_process(p)
         child.close()
-        self.procs[name] = ProcState(name, p, parent, started=time.monotonic() if ctx is not self.ctx else None)
+        self.procs[name] = ProcState(name, p, parent, starting=ctx is not self.ctx)
 
     def __enter__(self) -> "ProcessPool":
         return self
@@ -444,7 +444,7 @@ class ProcessPool:
     def _recv(self, name: str, what: str, timeout: float | None = None) -> tuple:
         ps = self.procs[name]
         timeout = self.step_timeout if timeout is None else timeout
-        if ps.started is not None:
+        if ps.starting:
             timeout += SPAWN_STARTUP
         try:
             ready = ps.conn.poll(timeout)
@@ -453,7 +453,7 @@ class ProcessPool:
         if not ready:
             where = f" (last at yield point {ps.point})" if ps.point else ""
             raise ScheduleError(f"{_label(name)} did not reach {what} within {timeout:g} s{where}")
-        ps.started = None
+        ps.starting = False
         try:
             msg = pickle.loads(ps.conn.recv_bytes())
         except (EOFError, OSError):

@@ -3,7 +3,6 @@ and a target in lockstep, with the same checks as the gate."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 from typing import Any
 
 from .gate import config_from_json
@@ -58,10 +57,9 @@ def replay_free(target_spec: str, config: dict[str, Any], prop: str) -> str | No
 
     target = load_target(target_spec)
     n = config["n_readers"]
-    cfg = replace(free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
-                              max_object_size=config["max_object_size"],
-                              writer_lock=bool(config.get("writer_lock", False))),
-                  start_method=str(config.get("start_method", "fork")))
+    cfg = free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
+                      max_object_size=config["max_object_size"], writer_lock=bool(config.get("writer_lock", False)),
+                      start_method=str(config.get("start_method", "fork")))
     fr = run_free(target, cfg, config["free_seconds"], n, config["seed"])
     findings = fr.check.by_property().get(prop, [])
     if prop == "LEAK" and fr.leak == "fail":
