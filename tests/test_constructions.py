@@ -131,7 +131,7 @@ def test_spawned_readers_run_the_sweep_and_the_free_load():
             runs, steps = sweep(target, config, pool, record)
         assert runs > 30 and steps > 500
         assert found == expect, (spec, found)
-    fr = run_free(load_target("impl"), replace(free_config(2), start_method="spawn"), 0.5, 2, 0)
+    fr = run_free(load_target("impl"), free_config(2, start_method="spawn"), 0.5, 2, 0)
     assert fr.verdict == "pass" and fr.puts > 50 and set(fr.per_process) == {"writer", "r1", "r2"}
 
 
@@ -141,10 +141,9 @@ def test_spawned_readers_do_not_rerun_a_script_without_a_main_guard(tmp_path):
     recursively, and die on multiprocessing's bootstrapping error)."""
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent("""
-        from dataclasses import replace
         from shmspec.conformance.freerun import free_config, run_free
         from shmspec.conformance.loader import load_target
-        fr = run_free(load_target("impl"), replace(free_config(1), start_method="spawn"), 0.3, 1, 0)
+        fr = run_free(load_target("impl"), free_config(1, start_method="spawn"), 0.3, 1, 0)
         print("RAN", fr.verdict)
     """))
     out = subprocess.run([sys.executable, str(script)], capture_output=True, text=True, timeout=120)
@@ -176,7 +175,10 @@ def test_the_constructions_campaign_catches_a_one_reader_fault_and_names_its_con
     result = run_gate(target, "ci", campaigns=(CONSTRUCTIONS_CAMPAIGN,), concurrency="off")
     (camp,) = result.campaigns
     assert camp.error is None and camp.completed, camp.error
-    assert [v.property for v in result.violations] == ["NRR"]
+    # the sweep's finding is fixed; the free-running load's depend on the OS's
+    # interleaving (it may also catch the drain read as CLR), in that construction only
+    assert [v.property for v in result.violations if v.concurrency == "controlled"] == ["NRR"]
+    assert all(v.construction == Construction(n_readers=1) for v in result.violations)
     v = result.violations[0]
     assert v.construction == Construction(n_readers=1) and v.campaign == "constructions"
     assert v.message.startswith("writer unlocked, 1 forked reader: preemption: ")
@@ -185,7 +187,7 @@ def test_the_constructions_campaign_catches_a_one_reader_fault_and_names_its_con
     rows = doc["constructions"]
     assert [r["name"] for r in rows] == [c.name for c in CONSTRUCTIONS]
     assert rows[0]["primary"] and not any(r["primary"] for r in rows[1:])
-    assert [r["violations"] for r in rows[1:]] == [0, 1, 0]
+    assert [r["violations"] > 0 for r in rows[1:]] == [False, True, False]
     assert all(r["preemption"]["schedules"] > 30 and r["free_running"]["ops"] > 100 for r in rows[1:])
     entry = doc["violations"][0]
     calls = [{k: s[k] for k in ("process", "kind", "action", "args")} for s in entry["steps"]]
