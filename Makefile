@@ -19,14 +19,14 @@ MODEL_TARGET ?=
 RELEASES ?=
 QUICK ?=
 
-.PHONY: check check-model spec-tests prove matrix test bench venv clean dropin
+.PHONY: check check-model spec-tests prove matrix test test-fast lint bench venv clean dropin
 
 venv: $(STAMP)
 
 $(STAMP): pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --disable-pip-version-check --upgrade pip
-	$(BIN)/python -m pip install -q --disable-pip-version-check -e .
+	$(BIN)/python -m pip install -q --disable-pip-version-check -e '.[dev]'
 	touch $(STAMP)
 
 check: $(STAMP)
@@ -46,14 +46,23 @@ check-model: $(STAMP)
 
 # behaviours sampled from TLC's state graph of the smallest config, replayed on impl
 spec-tests: $(STAMP)
-	$(BIN)/python -m shmspec.conformance.spectests tla/MC_impl_reread.cfg --target impl
+	$(BIN)/python -m shmspec.conformance.commands.spectests tla/MC_impl_reread.cfg --target impl
 
 # z3 obligations over the model's ring arithmetic (under a minute)
 prove: $(STAMP)
 	$(BIN)/shmspec prove
 
-test: $(STAMP)
+# the whole suite, after ruff (`make lint`); the layer rule is a test
+# (tests/test_layers.py).  test-fast: the edit loop, without the tests
+# marked slow (gate runs, process campaigns, vLLM releases).
+test: lint
 	$(BIN)/python -m pytest -q
+
+test-fast: lint
+	$(BIN)/python -m pytest -q -m 'not slow'
+
+lint: $(STAMP)
+	$(BIN)/ruff check .
 
 # benchmarks, not tests (bench/): impl against vLLM 0.33.0's store and a plain
 # shared-memory copy (put/get throughput), the gate's own rates and TLC

@@ -9,7 +9,10 @@ import platform
 import re
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from rich.console import Console
 
 SCHEMA = "shmspec.bench/1"
 REPO = Path(__file__).resolve().parent.parent

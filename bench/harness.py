@@ -18,7 +18,7 @@ Everything is measured in this one run and printed as a table:
   one-preemption schedule, when the gate has it).  Campaign
   seconds include Hypothesis's own work (generating, shrinking when something
   fails; nothing fails on impl).
-* **free** (:func:`shmspec.conformance.freerun.run_free` on impl, for each
+* **free** (:func:`shmspec.conformance.concurrency.freerun.run_free` on impl, for each
   reader count): operations per second of the free-running load (writer puts,
   frees, clears; readers get every handle once and re-read some), measured
   from the recorded history (first invoke to last return); the history's
@@ -111,8 +111,8 @@ def free_rates(readers_list: list[int], seconds: float, target: str = "impl", se
     """One free-running load per reader count on ``target``; ops/s from its history.
     ``per_process`` maps each process to ``{"ops", "seconds", "ops_per_s"}``
     (bench's key names; the gate report's ``rates`` keep ``ops_per_second``)."""
-    from shmspec.conformance.freerun import free_config, run_free
-    from shmspec.conformance.loader import load_target
+    from shmspec.conformance.concurrency.freerun import free_config, run_free
+    from shmspec.conformance.targets.loader import load_target
 
     loaded = load_target(target)
     out = []

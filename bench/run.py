@@ -40,8 +40,8 @@ import shmspec
 from bench import harness, store
 from bench.common import (DEFAULT_OUT, SCHEMA, load_average, machine_info, now_iso, parse_ints, parse_sizes, positive_int,
                           unwritable, wide_console, write_json)
-from shmspec.conformance.loader import TargetError
-from shmspec.conformance.tlc import TlcError
+from shmspec.conformance.targets.loader import TargetError
+from shmspec.conformance.spec.tlc import TlcError
 
 PARTS = ("store", "gate", "free", "tlc")
 QUICK_SKIP = "gate: skipped by --quick (a ci gate run takes minutes; --quick --parts gate runs it)"

@@ -23,7 +23,7 @@ Four *stores* run side by side on the same payloads:
 
 * ``impl``: :mod:`shmspec.impl`'s store (segment v2, docs/impl-protocol.md);
 * ``vllm``: vLLM's newest store (``vllm==0.33.0``'s ``shm_object_storage.py``,
-  loaded by :func:`shmspec.conformance.loader.load_target` with stand-ins for
+  loaded by :func:`shmspec.conformance.targets.loader.load_target` with stand-ins for
   ``torch`` and ``vllm.logger``; fetched once into the cache);
 * ``copy``: a plain shared-memory segment (``multiprocessing.shared_memory``)
   of the ring's size: the writer copies each object's bytes in
@@ -45,12 +45,12 @@ Four *stores* run side by side on the same payloads:
   ratios to it bound nothing.
 
 Processes: this process is the writer; for each reader count N, N reader
-processes are forked (``multiprocess``, fork, as ``conformance/procs.py``
+processes are forked (``multiprocess``, fork, as ``conformance/concurrency/procs.py``
 does) before any segment exists and share one process-shared reader lock,
 which each reader view is given (the constructor requires one).  For each
 size S the writer creates one real segment per store and the readers attach
 to each by name.  Both writers are built as vLLM builds its writer, without
-the readers' lock (:func:`shmspec.conformance.adapter.open_writer` asks the
+the readers' lock (:func:`shmspec.conformance.targets.adapter.open_writer` asks the
 storage class: impl's ``writer_uses_reader_lock`` is False from segment v2
 on; vLLM's writer never gets one).  impl's readers take no lock either (the
 hazard-pin protocol); vLLM's take the reader lock around their count
@@ -163,14 +163,13 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 import multiprocess
-from rich.console import Console
 from rich.table import Table
 
 from bench.common import (fmt_size, machine_info, now_iso, parse_ints, parse_sizes, positive_int, ratio, unwritable,
                           wide_console, write_json)
-from shmspec.conformance.adapter import data_offset, open_writer
-from shmspec.conformance.loader import LoadedTarget, TargetError, load_target
-from shmspec.conformance.procs import worker_setup
+from shmspec.conformance.targets.adapter import data_offset, open_writer
+from shmspec.conformance.targets.loader import LoadedTarget, TargetError, load_target
+from shmspec.conformance.concurrency.procs import worker_setup
 from shmspec.impl import segment as impl_segment
 from shmspec.impl.serde import PickleSerde
 
@@ -601,7 +600,7 @@ class Readers:
     """N forked reader processes, driven over pipes."""
 
     def __init__(self, n: int, targets: dict[str, LoadedTarget | None], serde: type, malloc: str = "default"):
-        resource_tracker.ensure_running()  # one tracker for every process (see conformance/procs.py)
+        resource_tracker.ensure_running()  # one tracker for every process (see conformance/concurrency/procs.py)
         self.ctx = multiprocess.get_context("fork")
         self.lock = self.ctx.Lock()
         self.procs, self.conns = [], []

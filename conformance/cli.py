@@ -43,10 +43,12 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import shmspec
 
-from . import interrupt
+from .core import interrupt
+from .core.constructions import MAX_READERS, START_METHODS
+from .core.errors import ExitCode
 
-EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = 0, 1, 2, 3
-EXIT_INTERRUPTED = 130
+EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = ExitCode.PASS, ExitCode.FAIL, ExitCode.ERROR, ExitCode.UNKNOWN
+EXIT_INTERRUPTED = ExitCode.INTERRUPTED
 
 
 class _Parser(argparse.ArgumentParser):
@@ -68,11 +70,11 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
     c.add_argument("--writer-lock", action="store_true",
                    help="build the writer with the readers' lock too (default: without, as vLLM builds it)")
-    c.add_argument("--start-method", default="fork", choices=("fork", "spawn"),
+    c.add_argument("--start-method", default="fork", choices=START_METHODS,
                    help="how the concurrent campaigns start reader processes (default fork); with --writer-lock "
                         "and --readers this is the primary construction, and the constructions campaign runs "
                         "the others")
-    c.add_argument("--readers", type=int, default=2, choices=(1, 2, 3, 4),
+    c.add_argument("--readers", type=int, default=2, choices=range(1, MAX_READERS + 1), metavar="N",
                    help="number of readers of the store (default 2)")
     c.add_argument("--report-dir", type=Path, default=None,
                    help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
@@ -120,6 +122,10 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the package index's JSON API (default $SHMSPEC_INDEX_URL or https://pypi.org/pypi)")
     mx.add_argument("--list", action="store_true",
                     help="only resolve the releases and group them (fetching the store files); run no gate")
+    pp = sub.add_parser("properties", help="the properties checked: statement, severity, checkers and where each "
+                                           "judges it")
+    pp.add_argument("ids", nargs="*", metavar="ID", help="property ids (default: the table of all)")
+    pp.add_argument("--json", action="store_true", help="print the registry entries as JSON")
     return p
 
 
@@ -131,9 +137,9 @@ def _profiles() -> list[str]:
 
 def prove(args: argparse.Namespace) -> int:
     """``shmspec prove``: exit 0 iff every obligation is proven, 1 otherwise."""
-    from .prove import DEFAULT_CHUNKS
-    from .prove_report import run
-    from .report import default_report_dir
+    from .proofs.prove import DEFAULT_CHUNKS
+    from .commands.prove_report import run
+    from .reporting.report import default_report_dir
 
     chunks = args.chunks if args.chunks is not None else DEFAULT_CHUNKS
     if chunks < 1:
@@ -146,7 +152,7 @@ def mutants(args: argparse.Namespace) -> int:
     """``shmspec mutants``: exit 0 iff every fault is caught by the property
     it names, 1 otherwise, 2 on a usage error (unknown fault, unusable report
     directory), 130 interrupted."""
-    from .mutation import main as run_mutants_command
+    from .commands.mutation import main as run_mutants_command
 
     return _interruptible(lambda: run_mutants_command(args, Console(), Console(stderr=True)))
 
@@ -157,7 +163,7 @@ def matrix(args: argparse.Namespace) -> int:
     matrix is incomplete or on a usage error (no release selected: ``--since``
     after the newest, ``--releases ,``), 3 when impl's verdict is unknown,
     130 interrupted.  With ``--no-impl``: 0 when every cell ran, else 2."""
-    from .matrix import main as run_matrix_command
+    from .commands.matrix import main as run_matrix_command
 
     # the table has a column per property: off a terminal (CI logs, pipes) it is printed 200 columns wide
     out = Console() if sys.stdout.isatty() else Console(width=max(Console().width, 200))
@@ -176,6 +182,9 @@ def main(argv: list[str] | None = None) -> int:
         return mutants(args)
     if args.command == "matrix":
         return matrix(args)
+    if args.command == "properties":
+        from .commands.properties import main as properties_command
+        return properties_command(args.ids, args.json, Console(), Console(stderr=True))
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 
@@ -186,7 +195,7 @@ def _canonical_target(spec: str) -> str:
 
 
 def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
-    # recorded first (conformance/interrupt.py): if Python swallows the
+    # recorded first (conformance/core/interrupt.py): if Python swallows the
     # KeyboardInterrupt, the gate's next step raises it again
     interrupt.record(signum)
     raise KeyboardInterrupt(f"signal {signum}")
@@ -236,11 +245,11 @@ def _interruptible(run: Callable[[], int]) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .gate import run_gate
-    from .constructions import Construction
-    from .session import SessionConfig
-    from .loader import TargetError, load_target
-    from .report import default_report_dir, render_console, write_report
+    from .runner.gate import run_gate
+    from .core.constructions import Construction
+    from .lockstep.session import SessionConfig
+    from .targets.loader import TargetError, load_target
+    from .reporting.report import default_report_dir, render_console, write_report
 
     console = Console(stderr=False)
     err = Console(stderr=True)
@@ -291,10 +300,10 @@ def model(args: argparse.Namespace) -> int:
     otherwise; 2 when TLC cannot run or the ``--target`` cannot be loaded.
     Where a target departs from a counterexample is reported, not judged
     (a hardened store should depart from vLLM's counterexamples)."""
-    from . import modelcheck
-    from .loader import TargetError
-    from .report import default_report_dir
-    from .tlc import TlcError
+    from .commands import modelcheck
+    from .targets.loader import TargetError
+    from .reporting.report import default_report_dir
+    from .spec.tlc import TlcError
 
     console, err = Console(), Console(stderr=True)
     report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")

@@ -8,48 +8,125 @@ trace replay) calls the same code:
 * the observation properties NRR, DUP, LOCK, SIZE, AUTH, CLR need what a real
   target returned and are checked by the harness against these definitions.
 
-``PROPERTY_IDS`` lists every id of SEMANTICS.md; ``DESCRIPTIONS`` gives the
-one-line statement shown in reports.
+:data:`PROPERTIES` is the registry: one :class:`Property` per id (its
+statement, severity, kind, contract variants, the checkers that claim it and
+its TLA+ name); ``PROPERTY_IDS``, ``DESCRIPTIONS`` and ``SEVERITY`` are derived
+from it.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from typing import Callable
 
 from .ring import ID_MAX, Chunk
 from .store import Action, Outcome, State, is_free
 
-PROPERTY_IDS: tuple[str, ...] = (
-    "NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "WRAP", "CLR", "AUTH", "LEAK", "EXC", "PROM",
-    "PROG", "LIVE", "SW",
-)
+@dataclass(frozen=True)
+class Property:
+    """One property of the contract (docs/semantics.md), in one place.
 
-DESCRIPTIONS: dict[str, str] = {
-    "NRR": "a reader's get returns exactly the object put under that handle, or the stale-handle error",
-    "DUP": "a put of a cached key is rejected and changes nothing",
-    "LOCK": "a reader without a lock cannot be built",
-    "SIZE": "an object over max_object_size is rejected and changes nothing",
-    "OOM": "put raises MemoryError exactly when, after FIFO reclaim, no contiguous room exists",
-    "FIFO": "chunks are reclaimed oldest first; a busy chunk blocks younger ones",
-    "RC": "a chunk is never reclaimed before its promised reads (vLLM: reader_count >= writer_count * n_readers; "
-          "per reader: every reader read it writer_count times)",
-    "DISJ": "live chunks never overlap and lie inside the segment",
-    "WRAP": "ids wrap at 2**31 without two live chunks sharing an id",
-    "CLR": "a handle issued before clear() resolves after it only to its own, intact object (drain), or never (strict)",
-    "AUTH": "a forged or altered signed handle is rejected before any shared byte is read",
-    "LEAK": "closing the writer leaves no shared-memory segment behind",
-    "EXC": "a put, reclaim or clear that raises (a serializer result that cannot be copied, an asynchronous "
-           "exception at a yield point) leaves the store as before it or as after it",
-    "PROM": "a reader's promised read of a handle succeeds until that reader has made it, whatever other "
-            "readers did (read it twice, or never)",
-    "PROG": "once every promised read is made and every touch released, a put of max_object_size succeeds: no "
-            "chunk stays pinned by a count that never reaches its threshold",
-    "LIVE": "no operation of a live process blocks longer than a stated bound, whatever another process did "
-            "(killed mid-get, in the reader lock, mid-put); the survivors get no wrong object",
-    "SW": "two threads using one writer at once are serialized or refused: no exception outside the taxonomy, no "
-          "key without its live chunk or chunk without its key, no handle that reads back wrong",
-    "CONFORMANCE": "the target's outcomes and state agree with the reference model",
+    Every list, order, table and report column of properties is derived from
+    :data:`PROPERTIES` (``PROPERTY_IDS``, ``DESCRIPTIONS``, :data:`SEVERITY`,
+    the gate's ``ALL_PROPERTIES``, the matrix's columns); ``tests/test_properties.py``
+    checks that each checker claims exactly the properties listed here.
+    """
+
+    id: str
+    statement: str
+    """The one-line statement shown in reports."""
+    severity: int
+    """1 = most severe: the order in which the violations of one step are reported."""
+    kind: str
+    """``safety`` (an invariant or a transition property: a finite
+    counterexample), ``liveness`` (something must eventually happen: PROG
+    under fairness, LIVE within a stated bound) or ``refinement`` (CONFORMANCE:
+    the target's behaviour is one of the model's)."""
+    checkers: frozenset[str]
+    """The checkers that claim it (:data:`CHECKERS`)."""
+    contracts: tuple[str, ...] = ()
+    """Its contract variants, when a store may declare one (CLR: ``drain``,
+    vLLM >= 0.32, or ``strict``; SW: ``threads`` or ``one-thread``); the
+    model profile (``shmspec.model.profile``) names the one a store keeps."""
+    tla: str | None = None
+    """Its name in tla/ShmStore.tla (an INVARIANT, or PROGLive, a temporal PROPERTY)."""
+
+
+CHECKERS: dict[str, str] = {
+    "lockstep": "shmspec.conformance.lockstep.session:Session.execute",
+    "boundary": "shmspec.conformance.proofs.boundary:programs",
+    "controlled": "shmspec.conformance.concurrency.schedule:ScheduledSession.execute",
+    "free": "shmspec.conformance.concurrency.history:check_history",
+    "faults": "shmspec.conformance.concurrency.faults:run_scenario",
+    "threads": "shmspec.conformance.concurrency.sw:run_scenario",
+    "tla": "tla/ShmStore.tla",
+    "z3": "shmspec.conformance.proofs.prove:OBLIGATIONS",
 }
+"""Checker -> where it judges a property (``module:qualname``, or a file of
+the repository): the lockstep session (model and target step by step, the
+Hypothesis campaigns and replays), the z3 boundary programs (run in
+lockstep), the controlled schedules and preemption sweep of real processes,
+the free-running load's linearizability check, the process-fault scenarios,
+the two-thread writer schedules, TLC on the TLA+ spec, and the z3
+obligations over the model's ring arithmetic.  Findings of every checker are
+rendered by ``shmspec.conformance.reporting.report:violation_panel``."""
+
+PROPERTIES: tuple[Property, ...] = (
+    Property('NRR', "a reader's get returns exactly the object put under that handle, or the stale-handle error",
+             severity=1, kind='safety', checkers=frozenset(['boundary', 'controlled', 'faults', 'free', 'lockstep', 'tla']), tla='NRR'),
+    Property('DUP', 'a put of a cached key is rejected and changes nothing',
+             severity=9, kind='safety', checkers=frozenset(['lockstep', 'tla']), tla='DUP'),
+    Property('LOCK', 'a reader without a lock cannot be built',
+             severity=11, kind='safety', checkers=frozenset(['lockstep'])),
+    Property('SIZE', 'an object over max_object_size is rejected and changes nothing',
+             severity=10, kind='safety', checkers=frozenset(['lockstep', 'z3'])),
+    Property('OOM', 'put raises MemoryError exactly when, after FIFO reclaim, no contiguous room exists',
+             severity=16, kind='safety', checkers=frozenset(['boundary', 'lockstep'])),
+    Property('FIFO', 'chunks are reclaimed oldest first; a busy chunk blocks younger ones',
+             severity=5, kind='safety', checkers=frozenset(['boundary', 'controlled', 'lockstep', 'tla']), tla='FIFO'),
+    Property('RC', 'a chunk is never reclaimed before its promised reads (vLLM: reader_count >= writer_count * n_readers; per reader: every reader read it writer_count times)',
+             severity=3, kind='safety', checkers=frozenset(['boundary', 'controlled', 'free', 'lockstep', 'tla', 'z3']), tla='RC'),
+    Property('DISJ', 'live chunks never overlap and lie inside the segment',
+             severity=2, kind='safety', checkers=frozenset(['boundary', 'controlled', 'lockstep', 'tla', 'z3']), tla='DISJ'),
+    Property('WRAP', 'ids wrap at 2**31 without two live chunks sharing an id',
+             severity=6, kind='safety', checkers=frozenset(['boundary', 'tla', 'z3']), tla='WRAP'),
+    Property('CLR', 'a handle issued before clear() resolves after it only to its own, intact object (drain), or never (strict)',
+             severity=7, kind='safety', checkers=frozenset(['boundary', 'controlled', 'free', 'lockstep', 'tla', 'z3']), contracts=("drain", "strict"), tla='CLR'),
+    Property('AUTH', 'a forged or altered signed handle is rejected before any shared byte is read',
+             severity=8, kind='safety', checkers=frozenset(['lockstep'])),
+    Property('LEAK', 'closing the writer leaves no shared-memory segment behind',
+             severity=17, kind='safety', checkers=frozenset(['boundary', 'controlled', 'free', 'lockstep'])),
+    Property('EXC', 'a put, reclaim or clear that raises (a serializer result that cannot be copied, an asynchronous exception at a yield point) leaves the store as before it or as after it',
+             severity=4, kind='safety', checkers=frozenset(['lockstep'])),
+    Property('PROM', "a reader's promised read of a handle succeeds until that reader has made it, whatever other readers did (read it twice, or never)",
+             severity=12, kind='safety', checkers=frozenset(['controlled', 'lockstep', 'tla']), tla='PROM'),
+    Property('PROG', 'once every promised read is made and every touch released, a put of max_object_size succeeds: no chunk stays pinned by a count that never reaches its threshold',
+             severity=13, kind='liveness', checkers=frozenset(['controlled', 'lockstep', 'tla']), tla='PROGLive'),
+    Property('LIVE', 'no operation of a live process blocks longer than a stated bound, whatever another process did (killed mid-get, in the reader lock, mid-put); the survivors get no wrong object',
+             severity=14, kind='liveness', checkers=frozenset(['faults'])),
+    Property('SW', 'two threads using one writer at once are serialized or refused: no exception outside the taxonomy, no key without its live chunk or chunk without its key, no handle that reads back wrong',
+             severity=15, kind='safety', checkers=frozenset(['threads']), contracts=("threads", "one-thread")),
+    Property('CONFORMANCE', "the target's outcomes and state agree with the reference model",
+             severity=18, kind='refinement', checkers=frozenset(['boundary', 'free', 'lockstep'])),
+)
+"""Every property, in report order (SEMANTICS.md's order, then CONFORMANCE)."""
+
+BY_ID: dict[str, Property] = {p.id: p for p in PROPERTIES}
+
+PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES if p.id != "CONFORMANCE")
+"""The contract's properties (without CONFORMANCE, which is the harness's own)."""
+
+DESCRIPTIONS: dict[str, str] = {p.id: p.statement for p in PROPERTIES}
+
+SEVERITY: tuple[str, ...] = tuple(p.id for p in sorted(PROPERTIES, key=lambda p: p.severity))
+"""Property ids, most severe first."""
+
+
+def by_severity(violations: list[tuple[str, str]]) -> list[tuple[str, str]]:
+    """``(property, message)`` pairs, most severe property first (an unknown
+    id last), each pair once, in a stable order."""
+    rank = {pid: i for i, pid in enumerate(SEVERITY)}
+    return sorted(dict.fromkeys(violations), key=lambda pm: rank.get(pm[0], len(rank)))
 
 
 def extent(chunk: Chunk, ring_size: int) -> tuple[int, int]:

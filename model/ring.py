@@ -24,7 +24,7 @@ HEADER_BYTES = 8
 # -- the integer arithmetic, over an injected ``ops`` -------------------------
 # Each function below is the model's one definition of a piece of ring
 # arithmetic.  With the default :data:`INT_OPS` (Python ints and bools) it is
-# what the model computes; conformance/prove.py passes an ops object that
+# what the model computes; conformance/proofs/prove.py passes an ops object that
 # builds z3 terms instead, so the proofs are about these very definitions.
 # Comparisons and ``+ - *`` are written as Python operators (z3 overloads
 # them); conditionals, ``%`` and ``//`` go through ``ops``.  Divisors are

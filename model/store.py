@@ -201,7 +201,7 @@ def reads_complete(reader_count: Any, writer_count: Any, n_readers: Any) -> Any:
     """The free threshold (RC): ``reader_count >= writer_count * n_readers``.
     ``reader_count`` is an int32 in the segment; ``writer_count`` counts the
     writer's promises (put / get_cached).  Plain operators, so it also builds
-    z3 terms (conformance/prove.py)."""
+    z3 terms (conformance/proofs/prove.py)."""
     return reader_count >= writer_count * n_readers
 
 

@@ -590,7 +590,7 @@ def run_stress(
 def load_store_module(path: str) -> tuple[type, type]:
     """``(SingleWriterShmRingBuffer, SingleWriterShmObjectStorage)`` from a module file
     (loaded like the gate's ``--target file:PATH``)."""
-    from shmspec.conformance.loader import load_file
+    from shmspec.conformance.targets.loader import load_file
 
     target = load_file(path)
     return target.ring_cls, target.storage_cls

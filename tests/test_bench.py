@@ -10,6 +10,7 @@ import sys
 from pathlib import Path
 
 import pytest
+from helpers import load_or_skip
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -88,12 +89,7 @@ def test_default_run_covers_the_sizes_and_reader_counts():
 def test_store_bench_against_vllm(tmp_path, version):
     """The newest store, and the unsigned layouts before 0.32 (no data-region
     offset; 0.11.0 also without close())."""
-    from shmspec.conformance.loader import TargetError, load_target
-
-    try:
-        load_target(f"vllm=={version}")
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    load_or_skip(f"vllm=={version}")
     p, doc = _bench(tmp_path, "--sizes", "1KiB", "--stores", "impl,vllm,copy", "--serde", "pickle",
                     "--vllm", f"vllm=={version}")
     assert p.returncode == 0, p.stdout + p.stderr
@@ -285,8 +281,8 @@ def test_impl_hands_each_bench_serde_what_it_declares(serde_name):
     import multiprocessing
 
     from bench.store import SERDES
-    from shmspec.conformance.adapter import open_writer
-    from shmspec.conformance.loader import load_target
+    from shmspec.conformance.targets.adapter import open_writer
+    from shmspec.conformance.targets.loader import load_target
 
     target = load_target("impl")
     lock = multiprocessing.Lock()

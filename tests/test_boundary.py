@@ -1,22 +1,21 @@
-"""z3 boundary programs (conformance/boundary.py), the warp hooks, and the
+"""z3 boundary programs (conformance/proofs/boundary.py), the warp hooks, and the
 gate's boundary campaign.  Each program is a regression test for impl."""
 
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pytest
 
-from shmspec.conformance import adapter
-from shmspec.conformance.boundary import EDGES, programs, run_program, run_program_scheduled
+from shmspec.conformance.targets import adapter
+from shmspec.conformance.proofs.boundary import EDGES, programs, run_program, run_program_scheduled
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.gate import BOUNDARY, run_gate
-from shmspec.conformance.loader import load_file, load_target
-from shmspec.conformance.procs import ProcessPool
-from shmspec.conformance.replay import replay
-from shmspec.conformance.serde import object_nbytes
-from shmspec.conformance.session import SessionConfig
+from shmspec.conformance.runner.gate import BOUNDARY, run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
+from shmspec.conformance.concurrency.procs import ProcessPool
+from shmspec.conformance.runner.replay import replay
+from shmspec.conformance.core.serde import object_nbytes
+from shmspec.conformance.lockstep.session import SessionConfig
 from shmspec.impl import SingleWriterShmRingBuffer
 from shmspec.model.ring import HEADER_BYTES, ID_MAX, fits, placement
 

@@ -50,7 +50,7 @@ def test_file_without_the_classes(tmp_path):
 
 def test_file_targets_load_in_isolation(tmp_path):
     """Stand-ins for torch / vllm.logger exist during the load only; nothing stays in sys.modules."""
-    from shmspec.conformance.loader import TargetError, load_file
+    from shmspec.conformance.targets.loader import TargetError, load_file
 
     f = tmp_path / "empty_store.py"
     f.write_text("import torch\nfrom vllm.logger import init_logger\nSEEN = (torch.Tensor, init_logger)\n")

@@ -9,9 +9,9 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
-from shmspec.conformance.gate import run_gate
-from shmspec.conformance.loader import load_file, load_target
-from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance.runner.gate import run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
 from shmspec.model.profile import IMPL, IMPL_STRICT
 
 STRICT = Path(__file__).parent / "targets" / "impl_strict_clr.py"

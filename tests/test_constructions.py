@@ -18,18 +18,18 @@ from dataclasses import replace
 
 import pytest
 
-from shmspec.conformance.constructions import CONSTRUCTIONS, VLLM, Construction, others
-from shmspec.conformance.freerun import free_config, run_free
-from shmspec.conformance.gate import (CONSTRUCTIONS_CAMPAIGN, CONTROLLED, FAULTS, PREEMPTION, SW_CAMPAIGN,
+from shmspec.conformance.core.constructions import CONSTRUCTIONS, VLLM, Construction, others
+from shmspec.conformance.concurrency.freerun import free_config, run_free
+from shmspec.conformance.runner.gate import (CONSTRUCTIONS_CAMPAIGN, CONTROLLED, FAULTS, PREEMPTION, SW_CAMPAIGN,
                                       config_from_json, run_gate)
-from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.procs import ProcessPool
-from shmspec.conformance.races import sweep
-from shmspec.conformance.report import report_json
-from shmspec.conformance.schedule import replay_schedule
-from shmspec.conformance.session import Call, Session, SessionConfig
-from shmspec.conformance.serde import Blob
+from shmspec.conformance.concurrency.procs import ProcessPool
+from shmspec.conformance.concurrency.races import sweep
+from shmspec.conformance.reporting.report import report_json
+from shmspec.conformance.concurrency.schedule import replay_schedule
+from shmspec.conformance.lockstep.session import Call, Session, SessionConfig
+from shmspec.conformance.core.serde import Blob
 
 
 @pytest.mark.slow
@@ -92,7 +92,7 @@ def test_construction_names_configs_and_reports_round_trip():
     cfg = Construction(start_method="spawn", n_readers=1).config(SessionConfig())
     assert (cfg.start_method, cfg.n_readers, cfg.readers, cfg.writer_lock) == ("spawn", 1, ("r1",), False)
     assert Construction.of(cfg) == Construction(start_method="spawn", n_readers=1)
-    from shmspec.conformance.gate import _config_json
+    from shmspec.conformance.runner.gate import _config_json
     assert config_from_json(_config_json(cfg)) == cfg
     # a report written before constructions: vLLM's construction
     assert Construction.of({"n_readers": 2, "writer_lock": False}) == VLLM
@@ -141,8 +141,8 @@ def test_spawned_readers_do_not_rerun_a_script_without_a_main_guard(tmp_path):
     recursively, and die on multiprocessing's bootstrapping error)."""
     script = tmp_path / "unguarded.py"
     script.write_text(textwrap.dedent("""
-        from shmspec.conformance.freerun import free_config, run_free
-        from shmspec.conformance.loader import load_target
+        from shmspec.conformance.concurrency.freerun import free_config, run_free
+        from shmspec.conformance.targets.loader import load_target
         fr = run_free(load_target("impl"), free_config(1, start_method="spawn"), 0.3, 1, 0)
         print("RAN", fr.verdict)
     """))
@@ -212,7 +212,7 @@ def test_the_faults_campaign_is_listed_under_the_two_reader_construction_it_ran_
     """With a one-reader primary construction, the faults campaign (which needs
     a survivor) runs two readers, started as the primary says: report.json
     lists it there, not under the primary."""
-    from shmspec.conformance.gate import FAULTS
+    from shmspec.conformance.runner.gate import FAULTS
     primary = Construction(start_method="spawn", n_readers=1)
     result = run_gate(load_target("impl"), "ci", campaigns=(FAULTS,), concurrency="off",
                       config=primary.config(SessionConfig()))

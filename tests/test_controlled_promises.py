@@ -11,9 +11,9 @@ from pathlib import Path
 
 import pytest
 
-from shmspec.conformance.gate import CONTROLLED, run_gate
-from shmspec.conformance.loader import load_target
-from shmspec.conformance.schedule import CONTROLLED_CHECKS, replay_schedule
+from shmspec.conformance.runner.gate import CONTROLLED, run_gate
+from shmspec.conformance.targets.loader import load_target
+from shmspec.conformance.concurrency.schedule import CONTROLLED_CHECKS, replay_schedule
 
 LOST_ACKS = f"file:{Path(__file__).resolve().parent / 'targets' / 'impl_lost_acks.py'}"
 

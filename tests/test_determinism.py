@@ -6,18 +6,15 @@ from __future__ import annotations
 
 import pytest
 
-from shmspec.conformance.gate import run_gate
-from shmspec.conformance.loader import TargetError, load_target
-from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance.runner.gate import run_gate
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
+from helpers import load_or_skip
 
 pytestmark = pytest.mark.slow
 
 
 def _runs(spec, campaigns, n=3):
-    try:
-        target = load_target(spec)
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    target = load_or_skip(spec)
     return [run_gate(target, "ci", 0, campaigns=campaigns, concurrency="off") for _ in range(n)]
 
 

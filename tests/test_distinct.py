@@ -4,15 +4,13 @@ profile's ``distinct`` budget, and reports each with its own shrunk trace."""
 
 from __future__ import annotations
 
-from dataclasses import replace
 
-import pytest
 
-from shmspec.conformance import gate
-from shmspec.conformance.loader import TargetError, load_target
-from shmspec.conformance.machine import CAMPAIGNS
-from shmspec.conformance.replay import replay
-from shmspec.conformance.session import PropertyViolation, SessionConfig
+from shmspec.conformance.runner import gate
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
+from shmspec.conformance.runner.replay import replay
+from shmspec.conformance.lockstep.session import PropertyViolation, SessionConfig
+from helpers import load_or_skip
 
 
 def _pv(prop, cause):
@@ -46,10 +44,7 @@ def test_a_second_nrr_cause_behind_the_first():
     """vLLM 0.15.0: NRR through a cleared handle (ids reset by clear()) is
     found first; the forged chunk inside a payload (a stale handle reading a
     fake header) is a second NRR finding, not hidden behind it."""
-    try:
-        target = load_target("vllm==0.15.0")
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    target = load_or_skip("vllm==0.15.0")
     campaigns = tuple(c for c in CAMPAIGNS if c.name in ("stale", "adversarial"))
     result = gate.run_gate(target, "ci", campaigns=campaigns, concurrency="off")
     nrr = [v for v in result.violations if v.property == "NRR"]
@@ -62,10 +57,7 @@ def test_a_second_nrr_cause_behind_the_first():
 
 
 def test_the_budget_is_zero_when_asked_for_first_findings_only():
-    try:
-        target = load_target("vllm==0.15.0")
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    target = load_or_skip("vllm==0.15.0")
     campaigns = tuple(c for c in CAMPAIGNS if c.name in ("stale", "adversarial"))
     result = gate.run_gate(target, "ci", campaigns=campaigns, concurrency="off", first_finding_only=True)
     assert [v.occurrence for v in result.violations if v.property == "NRR"] == [1]

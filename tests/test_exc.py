@@ -10,11 +10,11 @@ from __future__ import annotations
 
 import pytest
 
-from shmspec.conformance.gate import run_gate
-from shmspec.conformance.loader import load_file, load_target
-from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance.runner.gate import run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.session import INTERRUPT_POINTS, Call, Session, SessionConfig
+from shmspec.conformance.lockstep.session import INTERRUPT_POINTS, Call, Session, SessionConfig
 
 EXC = tuple(c for c in CAMPAIGNS if c.name == "exc")
 

@@ -5,23 +5,14 @@ from __future__ import annotations
 
 import pytest
 
-from shmspec.conformance import gate
-from shmspec.conformance.faults import LIVE_BOUND, SCENARIOS, replay_fault, run_scenario
-from shmspec.conformance.loader import TargetError, load_target
+from shmspec.conformance.runner import gate
+from shmspec.conformance.concurrency.faults import LIVE_BOUND, SCENARIOS, replay_fault, run_scenario
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.session import SessionConfig
-
-
-def _target(spec):
-    try:
-        return load_target(spec)
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+from helpers import load_or_skip, run_campaign
 
 
 def _campaign(spec, writer_lock=False):
-    return gate._run_campaign(_target(spec), gate.FAULTS, gate.GATE_PROFILES["ci"], 0,
-                              SessionConfig(writer_lock=writer_lock))
+    return run_campaign(spec, gate.FAULTS, writer_lock)
 
 
 @pytest.mark.parametrize("writer_lock", [False, True], ids=["vllm-construction", "writer-lock"])
@@ -38,7 +29,7 @@ def test_impl_survives_every_process_fault(writer_lock):
 def test_mid_get_kill_reaches_the_pin_the_writer_must_pass():
     """impl: r1 dies at deserialize holding its hazard pin on h1; the writer's
     puts wrap onto h1's bytes (address 256 = 0 mod B) and r2 reads every one."""
-    res = run_scenario(_target("impl"), "reader_killed_mid_get")
+    res = run_scenario(load_or_skip("impl"), "reader_killed_mid_get")
     kill = [s for s in res.steps if s["action"] == "SIGKILL"]
     assert kill and kill[0]["args"] == {"at": "deserialize"}
     puts = [s["observed"] for s in res.steps if s["action"] == "put" and s["process"] == "writer"]
@@ -66,4 +57,4 @@ def test_seeded_fault_dead_pin_waited_is_caught():
 
 def test_unknown_scenario_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown fault scenario 'nope'"):
-        run_scenario(_target("impl"), "nope")
+        run_scenario(load_or_skip("impl"), "nope")

@@ -1,7 +1,7 @@
 """Process faults against impl/ (segment v2): what a SIGKILLed or stopped
 reader or writer does to the store (properties LIVE, NRR, RC, PROG, LEAK).
 
-Every test runs real processes (:class:`~shmspec.conformance.procs.ProcessPool`:
+Every test runs real processes (:class:`~shmspec.conformance.concurrency.procs.ProcessPool`:
 one writer process and reader processes ``r1``/``r2`` over one real store,
 stopped at named yield points) against ``load_target("impl")``, and kills or
 stops one of them at a chosen point.  The protocol under test is
@@ -41,9 +41,9 @@ from dataclasses import dataclass
 import multiprocess
 import pytest
 
-from shmspec.conformance.adapter import segment_exists
-from shmspec.conformance.loader import load_target
-from shmspec.conformance.procs import ProcessPool, ScheduledSerde, StepOutcome
+from shmspec.conformance.targets.adapter import segment_exists
+from shmspec.conformance.targets.loader import load_target
+from shmspec.conformance.concurrency.procs import ProcessPool, ScheduledSerde, StepOutcome
 from shmspec.impl import ShmObjectStorageHandle, SingleWriterShmObjectStorage, SingleWriterShmRingBuffer
 from shmspec.impl import layout
 from shmspec.impl import ring as impl_ring

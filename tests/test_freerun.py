@@ -9,13 +9,12 @@ segment behind, also when a process hangs.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import multiprocess
 import pytest
 
-from shmspec.conformance.adapter import segment_exists
-from shmspec.conformance.freerun import (
+from shmspec.conformance.targets.adapter import segment_exists
+from shmspec.conformance.concurrency.freerun import (
     FreeRunError,
     free_config,
     free_rates,
@@ -23,10 +22,10 @@ from shmspec.conformance.freerun import (
     run_free,
     value_of,
 )
-from shmspec.conformance.history import render
-from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.concurrency.history import render
+from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.serde import Blob, Garbage
+from shmspec.conformance.core.serde import Blob, Garbage
 
 VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 

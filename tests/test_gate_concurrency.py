@@ -8,16 +8,15 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import multiprocess
 import pytest
 
-from shmspec.conformance.gate import CONTROLLED, run_gate
-from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.runner.gate import CONTROLLED, run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.report import write_report
-from shmspec.conformance.schedule import replay_schedule
+from shmspec.conformance.reporting.report import write_report
+from shmspec.conformance.concurrency.schedule import replay_schedule
 
 VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 

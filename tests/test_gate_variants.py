@@ -16,14 +16,13 @@ four rounds each) take minutes: the gate tests are marked ``slow``.
 from __future__ import annotations
 
 import time
-from pathlib import Path
 
 import pytest
 
-from shmspec.conformance.gate import run_gate
-from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.runner.gate import run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
 
 VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 

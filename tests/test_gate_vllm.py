@@ -22,16 +22,13 @@ import json
 import pytest
 
 from shmspec.conformance.cli import main
-from shmspec.conformance.loader import TargetError, load_target
+from helpers import load_or_skip
 
 pytestmark = [pytest.mark.network, pytest.mark.slow]
 
 
 def _gate(spec, tmp_path):
-    try:
-        load_target(spec)
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    load_or_skip(spec)
     rep = tmp_path / "report"
     code = main(["check", "--target", spec, "--profile", "ci", "--report-dir", str(rep)])
     return code, json.loads((rep / "report.json").read_text()), rep

@@ -7,7 +7,7 @@ hand from the per-handle model (unborn -> live -> dead).
 
 from __future__ import annotations
 
-from shmspec.conformance.history import Op, check_history, linearizable, partition, render
+from shmspec.conformance.concurrency.history import Op, check_history, linearizable, partition, render
 from shmspec.model.profile import IMPL, VLLM_0_32
 
 

@@ -38,7 +38,7 @@ import multiprocess
 import pytest
 
 import shmspec.impl
-from shmspec.conformance.adapter import segment_exists
+from shmspec.conformance.targets.adapter import segment_exists
 from shmspec.impl import SingleWriterShmObjectStorage, SingleWriterShmRingBuffer
 from shmspec.impl import layout, readers
 from shmspec.impl import ring as impl_ring

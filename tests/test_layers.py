@@ -1,10 +1,23 @@
-"""Layers import one way only: ``model/`` imports nothing of ours but itself;
-``impl/`` imports ``model/`` and itself, never the harness (``conformance/``)
-or the benchmarks.  Read from the source, every ``import`` and ``from``."""
+"""Layers import one way only.
+
+* ``model/`` imports nothing of ours but itself; ``impl/`` imports ``model/``
+  and itself, never the harness (``conformance/``) or the benchmarks;
+* inside ``conformance/`` each sub-package is a layer (the order of
+  :data:`CONFORMANCE_LAYERS`, top first): a module imports only its own layer
+  and the layers below it, and two layers of one rank (``runner | reporting``)
+  not each other;
+* ``shmspec prove`` and ``shmspec model`` load neither Hypothesis nor
+  multiprocess (their modules import no layer that needs them).
+
+Read from the source: every ``import`` and ``from`` (lazy ones inside
+functions too), relative imports resolved against the module's package.
+"""
 
 from __future__ import annotations
 
 import ast
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,17 +27,54 @@ ALLOWED = {
     "model": ("shmspec.model",),
     "impl": ("shmspec.impl", "shmspec.model"),
 }
+CONFORMANCE_LAYERS: tuple[tuple[str, ...], ...] = (
+    ("cli",),
+    ("commands",),
+    ("runner", "reporting"),
+    ("proofs", "spec"),
+    ("concurrency",),
+    ("lockstep",),
+    ("targets",),
+    ("core",),
+)
+"""Top first; one tuple per rank.  ``mutants`` (seeded faults: impl with one
+bug each) imports only impl and the model, like impl."""
+RANK = {layer: i for i, rank in enumerate(CONFORMANCE_LAYERS) for layer in rank}
+PACKAGE_DIRS = {"model": "shmspec.model", "impl": "shmspec.impl", "conformance": "shmspec.conformance"}
+
+
+def _module_name(path: Path) -> str:
+    rel = path.relative_to(ROOT)
+    parts = [PACKAGE_DIRS[rel.parts[0]], *rel.parts[1:-1]]
+    if rel.stem != "__init__":
+        parts.append(rel.stem)
+    return ".".join(parts)
 
 
 def _imports(path: Path) -> list[str]:
+    """Absolute names of every module ``path`` imports (``from x import y``
+    gives ``x`` and ``x.y``: ``y`` may be a submodule)."""
     tree = ast.parse(path.read_text(), str(path))
+    name = _module_name(path)
+    package = name if path.stem == "__init__" else name.rpartition(".")[0]
     out = []
     for node in ast.walk(tree):
         if isinstance(node, ast.Import):
             out += [a.name for a in node.names]
-        elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
-            out.append(node.module)
+        elif isinstance(node, ast.ImportFrom):
+            if node.level:
+                base = package.split(".")
+                base = base[: len(base) - (node.level - 1)]
+                mod = ".".join(base + ([node.module] if node.module else []))
+            else:
+                mod = node.module or ""
+            out.append(mod)
+            out += [f"{mod}.{a.name}" for a in node.names]
     return out
+
+
+def _ours(name: str) -> bool:
+    return name == "shmspec" or name.startswith("shmspec.") or name.split(".")[0] in ("conformance", "bench")
 
 
 @pytest.mark.parametrize("layer", sorted(ALLOWED))
@@ -32,7 +82,90 @@ def test_layer_imports_only_layers_below(layer):
     bad = []
     for f in sorted((ROOT / layer).glob("*.py")):
         for name in _imports(f):
-            ours = name == "shmspec" or name.startswith("shmspec.") or name.split(".")[0] in ("conformance", "bench")
-            if ours and not any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]):
+            if _ours(name) and not any(name == a or name.startswith(a + ".") for a in ALLOWED[layer]):
                 bad.append(f"{f.relative_to(ROOT)} imports {name}")
     assert bad == []
+
+
+def _layer_of(module: str) -> str | None:
+    parts = module.split(".")
+    if parts[:2] != ["shmspec", "conformance"] or len(parts) < 3:
+        return None
+    return parts[2] if parts[2] in RANK or parts[2] == "mutants" else None
+
+
+def test_conformance_tree_is_the_layers():
+    """Every module of conformance/ lives in a layer's sub-package (or is the
+    CLI, the package's alias table, or the one ``python -m`` path kept)."""
+    loose = sorted(p.name for p in (ROOT / "conformance").glob("*.py"))
+    assert loose == ["__init__.py", "cli.py", "spectests.py"]
+    subs = sorted(p.name for p in (ROOT / "conformance").iterdir() if p.is_dir() and (p / "__init__.py").exists())
+    assert subs == sorted([*RANK.keys() - {"cli"}, "mutants"])
+
+
+def _wrong(me: str, names: list[str]) -> list[str]:
+    """The imports among ``names`` that module ``me`` may not make."""
+    mine = "cli" if me == "shmspec.conformance.cli" else _layer_of(me)
+    bad = []
+    for name in names:
+        if mine is None or not _ours(name) or name == "shmspec":  # the root package: __version__, the API
+            continue
+        if mine == "mutants":
+            if not name.startswith(("shmspec.impl", "shmspec.model", "shmspec.conformance.mutants")):
+                bad.append(f"{me} imports {name}")
+            continue
+        theirs = "cli" if name == "shmspec.conformance.cli" else _layer_of(name)
+        if theirs == "mutants":
+            continue  # the seeded faults are data any command may load
+        if name.startswith("shmspec.conformance.") and theirs is None:
+            bad.append(f"{me} imports {name} (an old flat path: import the module at its layer)")
+        elif theirs is not None and theirs != mine and RANK[theirs] <= RANK[mine]:
+            bad.append(f"{me} ({mine}) imports {name} ({theirs}: not below)")
+    return bad
+
+
+def test_conformance_layers_import_downward_only():
+    bad = []
+    for f in sorted((ROOT / "conformance").rglob("*.py")):
+        bad += _wrong(_module_name(f), _imports(f))
+    assert bad == []
+
+
+@pytest.mark.parametrize("me, name", [
+    ("shmspec.conformance.core.results", "shmspec.conformance.runner.gate"),  # upward
+    ("shmspec.conformance.runner.gate", "shmspec.conformance.reporting.report"),  # same rank, other layer
+    ("shmspec.conformance.proofs.prove", "shmspec.conformance.spec.tlc"),
+    ("shmspec.conformance.lockstep.session", "shmspec.conformance.schedule"),  # old flat path
+    ("shmspec.conformance.mutants.early_free", "shmspec.conformance.core.serde"),
+])
+def test_the_rule_rejects(me, name):
+    assert _wrong(me, [name])
+
+
+def test_the_rule_accepts_downward():
+    assert _wrong("shmspec.conformance.runner.gate", ["shmspec.conformance.core.results",
+                                                      "shmspec.conformance.concurrency.procs", "shmspec.model.ring"]) == []
+
+
+@pytest.mark.parametrize("module", ["shmspec.conformance.commands.prove_report",
+                                    "shmspec.conformance.commands.modelcheck", "shmspec.conformance.cli", "shmspec"])
+def test_prove_and_model_load_neither_hypothesis_nor_multiprocess(module):
+    code = (f"import sys, {module}; "
+            "print(sorted(m for m in ('hypothesis', 'multiprocess') if m in sys.modules))")
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.strip() == "[]"
+
+
+def test_old_flat_paths_are_the_modules_at_their_layer():
+    """``repro_test.py`` files written before the move import the flat paths."""
+    import importlib
+
+    from shmspec.conformance import MOVED
+    for old, new in MOVED.items():
+        assert importlib.import_module(f"shmspec.conformance.{old}") is importlib.import_module(
+            f"shmspec.conformance.{new}"), old
+    from shmspec.conformance.faults import replay_fault  # noqa: F401 - the four a repro imports
+    from shmspec.conformance.replay import replay, replay_free  # noqa: F401
+    from shmspec.conformance.schedule import replay_schedule  # noqa: F401
+    from shmspec.conformance.sw import replay_sw  # noqa: F401

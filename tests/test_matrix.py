@@ -14,7 +14,6 @@ from __future__ import annotations
 import http.server
 import io
 import json
-import os
 import re
 import subprocess
 import sys
@@ -25,8 +24,12 @@ from pathlib import Path
 
 import pytest
 
-from shmspec.conformance import cli, loader, matrix
-from shmspec.conformance.loader import (NoStoreFile, RangeUnsupported, STORE_FILE, TargetError, fetch_store,
+from shmspec.conformance import cli
+
+from shmspec.conformance.targets import loader
+
+from shmspec.conformance.commands import matrix
+from shmspec.conformance.targets.loader import (NoStoreFile, RangeUnsupported, STORE_FILE, TargetError, fetch_store,
                                         read_remote_member)
 from shmspec.conformance.mutants import MUTANTS_DIR
 
@@ -355,8 +358,9 @@ TINY_GATE = textwrap.dedent('''
     $MX_IMPL_AS replaces the impl target (to make impl's row fail or error)."""
     import os, sys
     from dataclasses import replace
-    from shmspec.conformance import cli, gate
-    from shmspec.conformance.machine import CAMPAIGNS
+    from shmspec.conformance import cli
+    from shmspec.conformance.runner import gate
+    from shmspec.conformance.lockstep.machine import CAMPAIGNS
 
     gate.GATE_PROFILES["ci"] = replace(gate.GATE_PROFILES["ci"], max_examples=30, step_count=20, rounds=1,
                                        shrink_seconds=5)
@@ -468,7 +472,7 @@ def test_interrupted_cell_stops_its_gate(tmp_path, monkeypatch):
     driver.write_text(textwrap.dedent(f'''
         import os, signal, sys, threading, time
         from pathlib import Path
-        from shmspec.conformance import matrix
+        from shmspec.conformance.commands import matrix
         tmp = Path({str(tmp_path)!r})
         matrix.GATE_COMMAND = [sys.executable, {str(child)!r}]
         def interrupt_when_started():

@@ -15,10 +15,12 @@ from dataclasses import replace
 
 import pytest
 
-from shmspec.conformance import cli, mutation
-from shmspec.conformance.gate import ALL_PROPERTIES, GATE_PROFILES, run_gate
-from shmspec.conformance.loader import load_file
-from shmspec.conformance.machine import CAMPAIGNS
+from shmspec.conformance import cli
+
+from shmspec.conformance.commands import mutation
+from shmspec.conformance.runner.gate import ALL_PROPERTIES, GATE_PROFILES, run_gate
+from shmspec.conformance.targets.loader import load_file
+from shmspec.conformance.lockstep.machine import CAMPAIGNS
 from shmspec.conformance.mutants import CONTROL, MUTANTS_DIR, control, faults
 
 CORE = tuple(c for c in CAMPAIGNS if c.name == "core")

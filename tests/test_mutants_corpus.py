@@ -21,11 +21,11 @@ from pathlib import Path
 
 import pytest
 
-from shmspec.conformance.faults import replay_fault
+from shmspec.conformance.concurrency.faults import replay_fault
 from shmspec.conformance.mutants import faults
-from shmspec.conformance.replay import replay
-from shmspec.conformance.schedule import replay_schedule
-from shmspec.conformance.sw import replay_sw
+from shmspec.conformance.runner.replay import replay
+from shmspec.conformance.concurrency.schedule import replay_schedule
+from shmspec.conformance.concurrency.sw import replay_sw
 
 CORPUS = Path(__file__).resolve().parent / "corpus" / "mutants"
 FAULTS = faults()

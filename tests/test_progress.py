@@ -4,18 +4,10 @@ vLLM 0.31.0's counting-touch leak) and on impl, which keeps both."""
 
 from __future__ import annotations
 
-import pytest
 
-from shmspec.conformance.loader import TargetError, load_target
-from shmspec.conformance.serde import object_nbytes
-from shmspec.conformance.session import Call, PropertyViolation, Session, SessionConfig
-
-
-def _target(spec):
-    try:
-        return load_target(spec)
-    except TargetError as exc:  # vLLM's file comes from the registry (cached after the first fetch)
-        pytest.skip(f"registry unreachable: {exc}")
+from shmspec.conformance.core.serde import object_nbytes
+from shmspec.conformance.lockstep.session import Call, PropertyViolation, Session, SessionConfig
+from helpers import load_or_skip
 
 
 def _put(s, key, tag, n=40):
@@ -57,7 +49,7 @@ def counting_touch(s):
 
 
 def _violation(spec, sequence):
-    s = Session(_target(spec), SessionConfig())
+    s = Session(load_or_skip(spec), SessionConfig())
     try:
         sequence(s)
         return None
@@ -89,7 +81,7 @@ def test_counting_touch_leak_breaks_prog_on_vllm_031():
 def test_owed_read_accounting():
     """A put and each get_cached promise one read per reader; a read made
     counts only when it returned the object; a clear forgives the rest."""
-    s = Session(_target("impl"), SessionConfig())
+    s = Session(load_or_skip("impl"), SessionConfig())
     try:
         h1 = _put(s, "k0", 0, 8)
         s.execute(Call("writer", "get_cached", {"key": "k0"}))
@@ -105,7 +97,7 @@ def test_owed_read_accounting():
 
 def test_prog_is_the_clients_fault_when_a_read_is_owed():
     """A reference never read pins the FIFO head by design: no PROG finding."""
-    s = Session(_target("impl"), SessionConfig())
+    s = Session(load_or_skip("impl"), SessionConfig())
     try:
         _put(s, "k0", 0, 20)
         n = s.config.max_object_size - object_nbytes(b"")
@@ -123,7 +115,7 @@ def test_prog_is_the_clients_fault_when_a_read_is_owed():
 def test_a_kept_touch_is_the_clients_fault_too():
     """vLLM 0.33.0's protecting touch, never followed by get_cached or
     release_touches: the chunk stays protected, reported as the client's."""
-    s = Session(_target("vllm==0.33.0"), SessionConfig())
+    s = Session(load_or_skip("vllm==0.33.0"), SessionConfig())
     try:
         h1 = _put(s, "k0", 0, 20)
         for reader in ("r1", "r2"):
@@ -143,11 +135,11 @@ def test_a_kept_touch_is_the_clients_fault_too():
 def test_the_protocol_campaign_reports_client_deviations_without_failing():
     """The drawn deviations of drain_then_put: on impl the protocol campaign
     passes and lists what the client broke (a reference never read)."""
-    from shmspec.conformance import gate
-    from shmspec.conformance.machine import CAMPAIGNS
+    from shmspec.conformance.runner import gate
+    from shmspec.conformance.lockstep.machine import CAMPAIGNS
 
     protocol = next(c for c in CAMPAIGNS if c.name == "protocol")
-    res = gate._run_campaign(_target("impl"), protocol, gate.GATE_PROFILES["ci"], 0, SessionConfig())
+    res = gate._run_campaign(load_or_skip("impl"), protocol, gate.GATE_PROFILES["ci"], 0, SessionConfig())
     assert res.completed and res.violations == [], [v.message for v in res.violations]
     dev = res.rates["client_deviations"]
     assert dev["a reference never read"]["count"] > 0 and dev["a reference never read"]["property"] == "PROG"

@@ -1,4 +1,4 @@
-"""z3 obligations (conformance/prove.py) and ``shmspec prove``."""
+"""z3 obligations (conformance/proofs/prove.py) and ``shmspec prove``."""
 
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ import time
 import pytest
 import z3
 
-from shmspec.conformance import prove as P
+from shmspec.conformance.proofs import prove as P
 from shmspec.conformance.cli import main
-from shmspec.conformance.z3ops import Z3_OPS
+from shmspec.conformance.proofs.z3ops import Z3_OPS
 from shmspec.model import ring as R
 from shmspec.model.errors import OutOfSpace
 from shmspec.model.profile import IMPL, PROFILES, VLLM_0_11
@@ -156,7 +156,7 @@ def test_drain_prefix_needs_its_invariant():
     drain_hw`` check would misjudge)."""
     import z3
 
-    from shmspec.conformance import prove as P
+    from shmspec.conformance.proofs import prove as P
 
     for build in (P._ob_drain_alloc, P._ob_drain_free):
         p = build(0)

@@ -1,4 +1,4 @@
-"""The preemption campaign (conformance/races.py): every yield point of a get,
+"""The preemption campaign (conformance/concurrency/races.py): every yield point of a get,
 and of the writer's operations, preempted once against an opposing operation.
 
 impl passes the whole sweep; the seeded faults whose race window is one
@@ -15,13 +15,13 @@ from dataclasses import replace
 import multiprocess
 import pytest
 
-from shmspec.conformance.gate import PREEMPTION, run_gate
-from shmspec.conformance.loader import load_file, load_target
+from shmspec.conformance.runner.gate import PREEMPTION, run_gate
+from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.procs import ProcessPool
-from shmspec.conformance.races import READER_HISTORIES, READER_OPS, WRITER_OPS, Race, run_race, sweep
-from shmspec.conformance.schedule import replay_schedule
-from shmspec.conformance.session import SessionConfig
+from shmspec.conformance.concurrency.procs import ProcessPool
+from shmspec.conformance.concurrency.races import READER_HISTORIES, READER_OPS, WRITER_OPS, Race, run_race, sweep
+from shmspec.conformance.concurrency.schedule import replay_schedule
+from shmspec.conformance.lockstep.session import SessionConfig
 
 
 def _sweep(target):

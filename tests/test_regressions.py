@@ -9,8 +9,8 @@ vLLM half needs the package registry and skips without it.
 
 import pytest
 
-from shmspec.conformance.loader import TargetError, load_target
-from shmspec.conformance.replay import replay
+from shmspec.conformance.runner.replay import replay
+from helpers import load_or_skip
 
 CONFIG = {
     "data_buffer_size": 256, "max_object_size": 96, "n_readers": 2, "readers": ["r1", "r2"],
@@ -71,10 +71,7 @@ def test_impl_holds(origin, calls, prop):
 @pytest.mark.network
 @pytest.mark.parametrize("origin,calls,prop", CASES, ids=[f"{o}-{p}" for o, _, p in CASES])
 def test_origin_still_violates(origin, calls, prop):
-    try:
-        load_target(origin)
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    load_or_skip(origin)
     found = replay(origin, calls, CONFIG)
     assert found is not None and found.startswith(prop + ":"), found
 
@@ -83,9 +80,6 @@ def test_clr_trace_also_breaks_clr_when_nrr_is_excused():
     """The same 0.11 trace is a CLR violation too (checked on the model's older profile
     through a file target that mimics it is overkill; the gate's rounds report both)."""
     cfg = dict(CONFIG, excused=["NRR"])
-    try:
-        load_target("vllm==0.11.0")
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    load_or_skip("vllm==0.11.0")
     found = replay("vllm==0.11.0", CLR_IDS_RESET, cfg)
     assert found is not None and found.startswith("CLR:"), found

@@ -6,7 +6,7 @@ by step (every check's verdict, every object deserialized, every chunk freed,
 the writer's ring after every step).
 
 The behaviours are generated on every run from the current spec
-(:func:`shmspec.conformance.spectests.sample`, fixed seed: the same spec
+(:func:`shmspec.conformance.commands.spectests.sample`, fixed seed: the same spec
 gives the same behaviours).  The replay must also be able to fail: a vLLM
 counterexample and behaviours with one expectation altered must depart.
 """
@@ -18,12 +18,12 @@ import shutil
 
 import pytest
 
-from shmspec.conformance import spectests
-from shmspec.conformance.agreement import model_config, replay_trace
-from shmspec.conformance.loader import load_target
-from shmspec.conformance.procs import ProcessPool
-from shmspec.conformance.spectrace import Behaviour, Observation, behaviour_of, departs_first, replay_on_target
-from shmspec.conformance.tlc import default_tla_dir, read_config, run_tlc
+from shmspec.conformance.commands import spectests
+from shmspec.conformance.spec.agreement import model_config, replay_trace
+from shmspec.conformance.targets.loader import load_target
+from shmspec.conformance.concurrency.procs import ProcessPool
+from shmspec.conformance.spec.spectrace import Behaviour, Observation, behaviour_of, departs_first, replay_on_target
+from shmspec.conformance.spec.tlc import default_tla_dir, read_config, run_tlc
 
 pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
 

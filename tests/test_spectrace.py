@@ -1,4 +1,4 @@
-"""Spec behaviours replayed on real targets (conformance/spectrace.py, issue 4
+"""Spec behaviours replayed on real targets (conformance/spec/spectrace.py, issue 4
 Deliver 4b, target half).
 
 The NRR counterexample of the vLLM configs (a handle read after ``clear()``
@@ -19,13 +19,14 @@ import shutil
 import pytest
 
 from shmspec.conformance.cli import main
-from shmspec.conformance.loader import TargetError, load_target
-from shmspec.conformance.serde import object_nbytes
-from shmspec.conformance.agreement import TraceReplay
-from shmspec.conformance.spectrace import (Behaviour, Observation, behaviour_of, departs_first, geometry,
+from shmspec.conformance.targets.loader import load_target
+from shmspec.conformance.core.serde import object_nbytes
+from shmspec.conformance.spec.agreement import TraceReplay
+from shmspec.conformance.spec.spectrace import (Behaviour, Observation, behaviour_of, departs_first, geometry,
                                            object_data, recover_step, replay_on_target)
 from shmspec.model import atomic
 from shmspec.model.atomic import WRITER, Config, Step
+from helpers import load_or_skip
 
 java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
 
@@ -194,10 +195,7 @@ def test_a_wrong_expectation_is_a_departure(impl):
 # ------------------------------------------------------------- on vLLM
 @pytest.mark.network
 def test_vllm_0_33_follows_the_counterexample_and_deserializes_the_new_object():
-    try:
-        target = load_target("vllm==0.33.0")
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
+    target = load_or_skip("vllm==0.33.0")
     r = replay_on_target(VLLM, path(VLLM, NRR_AFTER_CLEAR), target)
     assert r.departs is None and r.error is None, r.summary()
     assert r.steps[-1].target.outcome == "deserialized o2"

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
-from shmspec.conformance.procs import LOCK_POINTS
+from shmspec.conformance.concurrency.procs import LOCK_POINTS
 from shmspec.impl import yieldpoints
 from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS, READ_STEPS, WRITE_STEPS
 
@@ -33,5 +33,5 @@ def test_harness_points_are_model_steps():
     assert set(LOCK_POINTS) == set(LOCK_STEPS)
     assert set(ATOMIC_STEPS) == set(READ_STEPS) | set(WRITE_STEPS) | set(LOCK_STEPS)
     # the harness's own pauses (lock, serde, ring access) are model steps too
-    src = (Path(__file__).parents[1] / "conformance" / "procs.py").read_text()
+    src = (Path(__file__).parents[1] / "conformance" / "concurrency" / "procs.py").read_text()
     assert set(re.findall(r'_pause\("([a-z_]+)"\)', src)) == set(LOCK_STEPS) | {"deserialize", "reader_check"}

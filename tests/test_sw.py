@@ -10,25 +10,16 @@ import types
 
 import pytest
 
-from shmspec.conformance import gate
-from shmspec.conformance import sw
-from shmspec.conformance.loader import TargetError, load_target
+from shmspec.conformance.runner import gate
+from shmspec.conformance.concurrency import sw
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.session import SessionConfig
+from helpers import load_or_skip, run_campaign
 
 FAULT = f"file:{MUTANTS_DIR / 'writer_lock_per_thread.py'}"
 
 
-def _target(spec):
-    try:
-        return load_target(spec)
-    except TargetError as exc:
-        pytest.skip(f"registry unreachable: {exc}")
-
-
 def _campaign(spec, writer_lock=False):
-    return gate._run_campaign(_target(spec), gate.SW_CAMPAIGN, gate.GATE_PROFILES["ci"], 0,
-                              SessionConfig(writer_lock=writer_lock))
+    return run_campaign(spec, gate.SW_CAMPAIGN, writer_lock)
 
 
 @pytest.mark.parametrize("writer_lock", [False, True], ids=["vllm-construction", "writer-lock"])
@@ -43,7 +34,7 @@ def test_impl_serializes_two_writer_threads(writer_lock):
 
 
 def test_impl_schedule_blocks_the_second_thread_on_the_writer_lock():
-    reached, found, rows = sw.run_schedule(_target("impl"), "put_put_reclaim", 0)
+    reached, found, rows = sw.run_schedule(load_or_skip("impl"), "put_put_reclaim", 0)
     assert reached and found == []
     seen = [(r["process"], r["observed"]) for r in rows if r["process"].startswith("thread")]
     assert seen[0] == ("thread A", "▸ serialize")
@@ -94,7 +85,7 @@ def test_a_deadlock_is_a_bounded_finding(monkeypatch):
                 self._held.acquire()  # never released
             return super().put(key, value)
 
-    impl_target = _target("impl")
+    impl_target = load_or_skip("impl")
     module = types.SimpleNamespace(**vars(impl_target.module))
     module.SingleWriterShmObjectStorage = Stuck
     target = dataclasses.replace(impl_target, module=module)
@@ -106,6 +97,6 @@ def test_a_deadlock_is_a_bounded_finding(monkeypatch):
 
 
 def test_a_child_past_its_bound_is_killed_and_reported():
-    results, error = sw.run_all(_target("impl"), bound=0.0)
+    results, error = sw.run_all(load_or_skip("impl"), bound=0.0)
     assert error is None and len(results) == 1
     assert results[0].findings[0].message.startswith("the sw child ran past 0 s in scenario put_put_same_key")

@@ -12,10 +12,12 @@ import time
 
 import pytest
 
-from shmspec.conformance import modelcheck, tlc
-from shmspec.conformance.agreement import compare, model_config, replay_trace
+from shmspec.conformance.commands import modelcheck
+
+from shmspec.conformance.spec import tlc
+from shmspec.conformance.spec.agreement import compare, model_config, replay_trace
 from shmspec.conformance.cli import main
-from shmspec.conformance.tlc import check_config, config_files, default_tla_dir, parse_output, read_config
+from shmspec.conformance.spec.tlc import check_config, config_files, default_tla_dir, parse_output, read_config
 from shmspec.impl import yieldpoints
 from shmspec.model import atomic
 from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS
@@ -243,7 +245,7 @@ def test_spec_actions_model_steps_and_impl_yield_points_are_one_set():
 
 
 def test_tla_values_parse_into_python():
-    from shmspec.conformance.tlavalue import TlaParseError, parse_value
+    from shmspec.conformance.spec.tlavalue import TlaParseError, parse_value
 
     v = parse_value('[a |-> -1, b |-> <<1, "x">>, c |-> {[k |-> r1]}, d |-> (r1 :> TRUE @@ r2 :> FALSE), e |-> <<>>]')
     assert v == {"a": -1, "b": (1, "x"), "c": frozenset({parse_value("[k |-> r1]")}),

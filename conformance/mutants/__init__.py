@@ -2,7 +2,7 @@
 
 Each ``<name>.py`` here is a module file that is ``shmspec.impl`` with one
 realistic bug, made by subclassing impl's classes (impl's source is never
-edited).  It is loaded as a ``file:`` target (conformance/loader.py) and
+edited).  It is loaded as a ``file:`` target (conformance/targets/loader.py) and
 declares ``SHMSPEC_PROFILE = "impl"``; its docstring states the bug and, on a
 ``Must be caught by: <PROPERTY>`` line, the property whose violation must
 detect it.  The files ship inside the package, so ``shmspec mutants`` works
@@ -11,13 +11,12 @@ from an installed copy; they are never imported as part of this package.
 
 from __future__ import annotations
 
+import re
+from dataclasses import dataclass
 from pathlib import Path
 
 MUTANTS_DIR = Path(__file__).resolve().parent
 """Folder holding the fault module files."""
-
-import re
-from dataclasses import dataclass
 
 CONTROL = "control_unmodified"
 """impl wrapped exactly like a fault, with no bug: the gate must pass it."""

@@ -1,0 +1,542 @@
+"""The release matrix (``shmspec matrix``): the gate on every vLLM release
+that ships the store, and on impl, as one findings table.
+
+Resolution (:func:`resolve`): the index's JSON API lists the releases
+(plain ``X.Y.Z``, from ``--since``, never before 0.11.0); each release's store
+file is fetched once into the user cache (:func:`.loader.fetch_store`: range
+requests, pip as the fallback).  Releases are grouped by (sha256 of the store
+file, model profile): byte-identical files judged by the same profile are one
+group, run once under the group's first release and reported together.
+
+Running (:func:`run_matrix`): one ``shmspec check`` per group, each in a fresh
+process (:data:`GATE_COMMAND`), its report in ``<report dir>/<group dir>/``;
+each cell (group x property) is read back from that ``report.json``.
+
+Outputs: ``matrix.json`` (schema ``shmspec.matrix/1``, reports/README.md) and
+``matrix.html`` in the report directory (default ``reports/matrix``), the same
+table on the console.  Before a run, the previous run's output there is
+removed (:func:`clear_previous`: its matrix.json/html and the group folders
+its matrix.json lists), so no stale group folder is left beside the new
+ones; nothing else in the directory is touched.  Exit status: :func:`exit_status`.
+"""
+
+from __future__ import annotations
+
+from ..core.errors import ExitCode
+
+import datetime as _dt
+import hashlib
+import json
+import os
+import re
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable
+
+from rich.style import Style
+from rich.table import Table
+from rich.text import Text
+
+import shmspec
+from shmspec.model.profile import profile_for_vllm
+from ..core.results import ALL_PROPERTIES
+
+from ..core.constructions import Construction
+from ..targets.loader import NoStoreFile, TargetError, fetch_store, index_releases, index_url
+
+SCHEMA = "shmspec.matrix/1"
+COLUMNS: tuple[str, ...] = ALL_PROPERTIES
+FIRST_RELEASE = "0.11.0"
+"""The first vLLM release with the store."""
+DEFAULT_REPORT_DIR = Path("reports") / "matrix"
+
+GATE_COMMAND: list[str] = [sys.executable, "-m", "shmspec.conformance.cli", "check"]
+"""How a cell's gate is started (``--target``, ``--profile`` ... are appended);
+each cell is exactly a ``shmspec check`` run.  Tests substitute a smaller gate."""
+
+CELL_STYLE = {"pass": ("pass", "green"), "fail": ("FAIL", "bold red"), "not-checked": ("n/c", "yellow"),
+              "not-claimed": ("n/cl", "cyan"),
+              "unknown": ("?", "bold yellow")}
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta", "unknown": "bold yellow"}
+
+
+def version_key(v: str) -> tuple[int, ...]:
+    """``"0.11.2"`` -> ``(0, 11, 2)``.  Raises ValueError if not plain X.Y.Z."""
+    if not re.fullmatch(r"\d+\.\d+\.\d+", v):
+        raise ValueError(f"not a release number X.Y.Z: {v!r}")
+    return tuple(int(p) for p in v.split("."))
+
+
+@dataclass
+class Group:
+    """Releases whose store files are byte-identical and judged by one model profile."""
+
+    versions: list[str]
+    sha256: str
+    model_profile: str
+    source: Path
+    label: str = ""
+
+    @property
+    def target(self) -> str:
+        return f"vllm=={self.versions[0]}"
+
+    @property
+    def dirname(self) -> str:
+        return f"vllm-{self.versions[0]}"
+
+
+@dataclass
+class Resolution:
+    """What :func:`resolve` found: ``versions`` (selected, ascending), the
+    ``groups`` (by first release), ``without_store`` (``{"version", "reason"}``),
+    ``fetches`` (one :func:`.loader.fetch_store` record per release with a
+    store file, plus ``version``) and ``errors`` (releases that could not be
+    fetched: the matrix is incomplete)."""
+
+    versions: list[str]
+    groups: list[Group] = field(default_factory=list)
+    without_store: list[dict[str, str]] = field(default_factory=list)
+    fetches: list[dict[str, Any]] = field(default_factory=list)
+    errors: list[str] = field(default_factory=list)
+
+
+def select_versions(releases: dict[str, list[dict]], which: str = "all", since: str = FIRST_RELEASE) -> list[str]:
+    """The releases to run, ascending.  ``which``: ``all`` (every plain X.Y.Z
+    release from ``since``, never before 0.11.0), ``newest`` (the newest of
+    those) or a comma list of X.Y.Z (each must be on the index; ``since`` does
+    not apply).
+
+    Raises:
+        ValueError: a malformed version, one not on the index or before
+            0.11.0; or no release selected (``--since`` after the newest).
+    """
+    if which not in ("all", "newest"):
+        chosen = sorted({v.strip() for v in which.split(",") if v.strip()}, key=version_key)
+        if not chosen:
+            raise ValueError("--releases names no release")
+        for v in chosen:
+            profile_for_vllm(v)  # ValueError: predates the store
+            if v not in releases:
+                raise ValueError(f"vllm {v} is not on the index")
+        return chosen
+    floor = max(version_key(since), version_key(FIRST_RELEASE))
+    plain = sorted((v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v) and version_key(v) >= floor),
+                   key=version_key)
+    if not plain:
+        raise ValueError(f"no release selected: the index lists no vLLM release X.Y.Z from "
+                         f"{'.'.join(map(str, floor))} (--since {since})")
+    return plain[-1:] if which == "newest" else plain
+
+
+def label_runs(versions: list[str], ordered: list[str]) -> str:
+    """``versions`` as runs of consecutive entries of ``ordered``: ``"0.11.0–0.11.2, 0.13.0"``."""
+    pos = sorted(ordered.index(v) for v in versions)
+    runs: list[list[int]] = []
+    for i in pos:
+        if runs and i == runs[-1][-1] + 1:
+            runs[-1].append(i)
+        else:
+            runs.append([i])
+    return ", ".join(ordered[r[0]] if len(r) == 1 else f"{ordered[r[0]]}–{ordered[r[-1]]}" for r in runs)
+
+
+def resolve(which: str = "all", since: str = FIRST_RELEASE, index: str | None = None,
+            on_release: Callable[[int, int, str], None] | None = None) -> Resolution:
+    """List the releases on the index, fetch (or reuse) each store file and
+    group them.  ``on_release(i, total, version)`` before each fetch.
+
+    Raises:
+        TargetError: the index cannot be listed.
+        ValueError: a bad ``which`` or ``since``.
+    """
+    releases = index_releases(index)
+    res = Resolution(select_versions(releases, which, since))
+    by_key: dict[tuple[str, str], Group] = {}
+    for i, v in enumerate(res.versions):
+        if on_release:
+            on_release(i, len(res.versions), v)
+        if not releases[v]:
+            res.without_store.append({"version": v, "reason": "no files on the index"})
+            continue
+        try:
+            path, record = fetch_store(v, releases[v], index)
+        except NoStoreFile as exc:
+            res.without_store.append({"version": v, "reason": str(exc)})
+            continue
+        except TargetError as exc:
+            res.errors.append(f"vllm {v}: {exc}")
+            continue
+        res.fetches.append({"version": v, **record})
+        key = (hashlib.sha256(path.read_bytes()).hexdigest(), profile_for_vllm(v).name)
+        if key in by_key:
+            by_key[key].versions.append(v)
+        else:
+            by_key[key] = Group([v], key[0], key[1], path)
+    with_store = [f["version"] for f in res.fetches]
+    res.groups = sorted(by_key.values(), key=lambda g: version_key(g.versions[0]))
+    for g in res.groups:
+        g.label = label_runs(g.versions, with_store)
+    return res
+
+
+def _last_line(path: Path) -> str:
+    try:
+        lines = [ln.strip() for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return ""
+    return lines[-1] if lines else ""
+
+
+GROUP_DIR = re.compile(r"impl|impl-writer-lock|vllm-\d+\.\d+\.\d+")
+"""The names of the group folders matrix writes (:attr:`Group.dirname`, ``impl``,
+``impl-writer-lock``)."""
+GATE_FILES = ("check.log", "report.json", "report.html", "repro_test.py")
+"""What a cell's folder holds: the gate's log and its report files."""
+
+
+def clear_previous(report_dir: Path) -> list[str]:
+    """Remove the previous run's output from ``report_dir``: ``matrix.json``,
+    ``matrix.html`` and the group folders that run's ``matrix.json`` lists
+    (only the files a cell writes, :data:`GATE_FILES`; a folder is removed
+    when that leaves it empty).  Nothing else is touched: a folder that
+    matrix.json does not name, or a file a cell did not write, stays.
+    Returns the folders removed (names).
+
+    Raises:
+        OSError: a file could not be removed.
+    """
+    try:
+        rows = json.loads((report_dir / "matrix.json").read_text()).get("rows", [])
+    except (OSError, ValueError, AttributeError):
+        rows = []
+    names = set()
+    for row in rows if isinstance(rows, list) else []:
+        first = str((row or {}).get("log") or "").split("/")[0] if isinstance(row, dict) else ""
+        if GROUP_DIR.fullmatch(first):
+            names.add(first)
+    removed = []
+    for name in sorted(names):
+        folder = report_dir / name
+        if not folder.is_dir() or folder.is_symlink():
+            continue
+        for f in GATE_FILES:
+            (folder / f).unlink(missing_ok=True)
+        if not any(folder.iterdir()):
+            folder.rmdir()
+            removed.append(name)
+    for name in ("matrix.json", "matrix.html"):
+        (report_dir / name).unlink(missing_ok=True)
+    return removed
+
+
+def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concurrency: str | None,
+             env: dict[str, str] | None = None, writer_lock: bool = False) -> dict[str, Any]:
+    """One ``shmspec check`` of ``target`` in a fresh process, writing its
+    report into ``cell_dir`` and its console output to ``cell_dir/check.log``.
+    ``writer_lock`` runs the gate's ``--writer-lock`` construction.
+    Returns the row's gate part: ``verdict``, ``properties``, ``seconds``
+    (the gate's), ``wall_seconds``, ``exit_code``, ``error`` (the last log line
+    when there is no report, else null).
+
+    Raises:
+        KeyboardInterrupt: interrupted (the gate is stopped with SIGTERM, so it
+            stops its workers and removes its segments), or the gate exited 130.
+    """
+    cell_dir.mkdir(parents=True, exist_ok=True)
+    for name in ("report.json", "report.html", "repro_test.py"):  # a failed load must not leave old ones
+        (cell_dir / name).unlink(missing_ok=True)
+    cmd = [*GATE_COMMAND, "--target", target, "--profile", profile, "--report-dir", str(cell_dir)]
+    if seed is not None:
+        cmd += ["--seed", str(seed)]
+    if concurrency:
+        cmd += ["--concurrency", concurrency]
+    if writer_lock:
+        cmd += ["--writer-lock"]
+    log = cell_dir / "check.log"
+    t0 = time.monotonic()
+    with open(log, "w") as out:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
+                                env={**os.environ, "COLUMNS": "140", **(env or {})})
+        try:
+            code = proc.wait()
+        except BaseException:
+            if proc.poll() is None:
+                proc.send_signal(signal.SIGTERM)
+                try:
+                    proc.wait(timeout=60)
+                except subprocess.TimeoutExpired:
+                    proc.kill()
+                    proc.wait()
+            raise
+    wall = time.monotonic() - t0
+    if code == 130:
+        raise KeyboardInterrupt(f"the gate of {target} was interrupted")
+    try:
+        data = json.loads((cell_dir / "report.json").read_text())
+    except (OSError, ValueError):
+        return {"verdict": "error", "properties": {p: "not-checked" for p in COLUMNS}, "seconds": None,
+                "wall_seconds": round(wall, 2), "exit_code": code,
+                "error": _last_line(log) or f"the gate exited {code} without a report"}
+    props = data.get("properties", {})
+    return {"verdict": data.get("verdict", "error"),
+            "properties": {p: props.get(p, "not-checked") for p in COLUMNS},
+            "seconds": data.get("seconds"), "wall_seconds": round(wall, 2), "exit_code": code,
+            "error": "; ".join(data.get("errors") or []) or None}
+
+
+@dataclass
+class MatrixResult:
+    """A matrix run: ``rows`` (one per group, impl last; see reports/README.md)."""
+
+    profile: str
+    seed: int | None
+    concurrency: str | None
+    started: str
+    resolution: Resolution
+    index_url: str
+    rows: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+
+    def to_json(self) -> dict[str, Any]:
+        r = self.resolution
+        return {
+            "schema": SCHEMA,
+            "tool": {"name": "shmspec", "version": shmspec.__version__},
+            "command": "matrix",
+            "started": self.started,
+            "seconds": round(self.seconds, 2),
+            "profile": self.profile,
+            "concurrency": self.concurrency,
+            "seed": self.seed,
+            "index_url": self.index_url,
+            "properties": list(COLUMNS),
+            "releases": r.versions,
+            "rows": self.rows,
+            "releases_without_store": r.without_store,
+            "fetches": r.fetches,
+            "errors": r.errors,
+            "exit_status": exit_status(self.rows, r.errors),
+        }
+
+
+def exit_status(rows: list[dict[str, Any]], errors: list[str]) -> int:
+    """1 when an impl row fails (either construction); else 2 when the matrix
+    is incomplete (a release not fetched, a cell whose verdict is ``error``);
+    else 3 when an impl row's verdict is ``unknown``; else 0.  vLLM rows failing do not count:
+    the releases have known defects."""
+    impls = [r for r in rows if r["releases"] == ["impl"]]
+    if any(r["verdict"] == "fail" for r in impls):
+        return ExitCode.FAIL
+    if errors or any(r["verdict"] == "error" for r in rows):
+        return ExitCode.ERROR
+    if any(r["verdict"] == "unknown" for r in impls):
+        return ExitCode.UNKNOWN
+    return ExitCode.PASS
+
+
+def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int | None = None,
+               concurrency: str | None = None, impl: bool = True, index: str | None = None, started: str = "",
+               on_cell: Callable[[int, int, str, str], None] | None = None,
+               on_done: Callable[[dict[str, Any]], None] | None = None) -> MatrixResult:
+    """Run each group's gate (and impl's, unless ``impl`` is false) one after
+    the other.  ``on_cell(i, total, label, target)`` before each gate,
+    ``on_done(row)`` after it.  Report paths in rows are relative to ``report_dir``."""
+    out = MatrixResult(profile, seed, concurrency, started, res, (index or index_url()).rstrip("/"))
+    env = {"SHMSPEC_INDEX_URL": index} if index else {}
+    cells: list[tuple[str, list[str], str, str | None, str, str, bool]] = [
+        (g.label, g.versions, g.target, g.sha256, g.model_profile, g.dirname, False) for g in res.groups]
+    if impl:  # impl in both constructions: as vLLM builds its writer, and given the readers' lock
+        cells.append(("impl", ["impl"], "impl", None, "impl", "impl", False))
+        cells.append(("impl +writer lock", ["impl"], "impl", None, "impl", "impl-writer-lock", True))
+    t0 = time.monotonic()
+    for i, (label, versions, target, sha, model_profile, dirname, writer_lock) in enumerate(cells):
+        if on_cell:
+            on_cell(i, len(cells), label, target)
+        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock)
+        has_report = (report_dir / dirname / "report.json").is_file()
+        row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
+               "model_profile": model_profile, "construction": Construction(writer_lock=writer_lock).to_json(), **gate,
+               "report": f"{dirname}/report.html" if has_report else None,
+               "report_json": f"{dirname}/report.json" if has_report else None,
+               "log": f"{dirname}/check.log"}
+        out.rows.append(row)
+        if on_done:
+            on_done(row)
+    out.seconds = time.monotonic() - t0
+    return out
+
+
+def failing(row: dict[str, Any]) -> list[str]:
+    """The row's failing property ids, in column order."""
+    return [p for p in COLUMNS if row["properties"].get(p) == "fail"]
+
+
+def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Table:
+    """Rows = groups (impl last), columns = properties; each cell links to
+    its report: ``link_root`` is prefixed to the row's relative path (a
+    ``file://`` URI for the console, ``""`` for the HTML beside the reports,
+    None: no links)."""
+    seed = "the profile's" if res.seed is None else res.seed
+    concurrency = res.concurrency or "the profile's"
+    t = Table(title=f"shmspec matrix: vLLM releases x properties (gate profile {res.profile}, concurrency "
+                    f"{concurrency}, seed {seed})", title_justify="left")
+    t.add_column("releases", overflow="fold", min_width=13)
+    t.add_column("model", no_wrap=True)
+    t.add_column("verdict", no_wrap=True)
+    for p in COLUMNS:
+        t.add_column(p, no_wrap=True, justify="center")
+    t.add_column("gate s", justify="right", no_wrap=True)
+    for i, row in enumerate(res.rows):
+        link = f"{link_root}{row['report']}" if link_root is not None and row["report"] else None
+
+        def styled(word: str, style: str) -> Text:
+            return Text(word, style=Style.parse(style) + Style(link=link) if link else style)
+
+        verdict = styled(row["verdict"], VERDICT_STYLE.get(row["verdict"], ""))
+        cells = [styled(*CELL_STYLE.get(row["properties"].get(p, "not-checked"), ("?", ""))) for p in COLUMNS]
+        secs = "-" if row["seconds"] is None else f"{row['seconds']:.0f}"
+        t.add_row(styled(row["label"], ""), row["model_profile"], verdict, *cells, secs,
+                  end_section=(i + 1 < len(res.rows) and res.rows[i + 1]["releases"] == ["impl"]))
+    return t
+
+
+LEGEND = ("pass: holds   FAIL: violated   n/c: not checked (no campaign checking it could run on that store)   "
+          "?: unknown (out of budget)   n/cl: not claimed by the store's contract (SW: its writer is one thread's)   "
+          "each cell links to its gate report")
+
+
+def summary_lines(res: MatrixResult) -> list[str]:
+    n_rel = sum(len(r["releases"]) for r in res.rows if r["releases"] != ["impl"])
+    n_groups = sum(1 for r in res.rows if r["releases"] != ["impl"])
+    lines = [f"{n_rel} release(s) in {n_groups} group(s) of identical store files; wall time {res.seconds:.0f} s",
+             fetches_line(res.resolution)]
+    for w in res.resolution.without_store:
+        lines.append(f"without the store: vllm {w['version']}: {w['reason']}")
+    for e in res.resolution.errors:
+        lines.append(f"not fetched: {e}")
+    for r in res.rows:
+        if r["error"] and r["verdict"] == "error":
+            lines.append(f"{r['label']}: gate error: {r['error']}")
+    for impl in (r for r in res.rows if r["releases"] == ["impl"]):
+        lines.append(f"{impl['label']}: {impl['verdict'].upper()}"
+                     + (f" ({', '.join(failing(impl))})" if failing(impl) else ""))
+    return lines
+
+
+def write_json(res: MatrixResult, report_dir: Path) -> Path:
+    """Write ``matrix.json`` (schema ``shmspec.matrix/1``); return its path."""
+    path = report_dir / "matrix.json"
+    path.write_text(json.dumps(res.to_json(), indent=2) + "\n")
+    return path
+
+
+def write_html(res: MatrixResult, report_dir: Path, width: int = 150) -> Path:
+    """Write ``matrix.html`` (the table, cells linking to ``<group>/report.html``)."""
+    from ..reporting.report import save_console_html  # not at import: --list needs none of the gate
+
+    lines = [Text(line) for line in [LEGEND, *summary_lines(res)]]  # plain text: no markup, no highlighting
+    return save_console_html(report_dir / "matrix.html", [matrix_table(res, ""), *lines], width)
+
+
+def groups_table(res: Resolution) -> Table:
+    """``--list``: each group's releases, model profile, sha256 prefix and report directory."""
+    t = Table(title=f"{len(res.versions)} release(s) selected, {sum(len(g.versions) for g in res.groups)} with "
+                    f"the store, {len(res.groups)} group(s)", title_justify="left")
+    for col in ("releases", "n", "model", "store sha256", "target", "report dir"):
+        t.add_column(col, overflow="fold", no_wrap=col != "releases")
+    for g in res.groups:
+        t.add_row(g.label, str(len(g.versions)), g.model_profile, g.sha256[:16], g.target, g.dirname)
+    return t
+
+
+def fetches_line(res: Resolution) -> str:
+    now = [f for f in res.fetches if not f["cached"]]
+    line = f"store files: {len(res.fetches) - len(now)} cached, {len(now)} fetched now"
+    if now:
+        fetched = sum(f["bytes_fetched"] or 0 for f in now)
+        wheels = sum(f["wheel_bytes"] or 0 for f in now)
+        line += f" ({fetched / 1e6:.1f} MB transferred, of {wheels / 1e6:.0f} MB of wheels)"
+    return line
+
+
+def main(args, console, err) -> int:
+    """The ``shmspec matrix`` command (``args`` from cli.py's parser).
+    Returns the exit status (:func:`exit_status`; 2 on usage errors)."""
+    from rich.progress import BarColumn, MofNCompleteColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
+
+    def fail(msg: str) -> int:
+        err.print(f"shmspec: error: {msg}", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.ERROR
+
+    index = args.index_url.rstrip("/") if args.index_url else None
+    columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+               TimeElapsedColumn())  # a bar only on a terminal: a log gets no blank line from it
+    started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    t0 = time.monotonic()
+    try:
+        with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+            task = progress.add_task("listing vLLM releases", total=None)
+
+            def on_release(i: int, total: int, version: str) -> None:
+                progress.update(task, total=total, completed=i, description=f"store file of vllm {version}")
+
+            res = resolve(args.releases, args.since, index, on_release)
+    except (TargetError, ValueError) as exc:
+        return fail(str(exc))
+    width = 150
+    if not console.is_terminal and console.width < width:  # keep the columns in a log
+        from rich.console import Console
+
+        console = Console(width=width)
+    if args.list:
+        console.print(groups_table(res))
+        console.print(fetches_line(res), markup=False, highlight=False)
+        for w in res.without_store:
+            console.print(f"without the store: vllm {w['version']}: {w['reason']}", markup=False, highlight=False)
+        for e in res.errors:
+            err.print(f"shmspec: error: {e}", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.ERROR if res.errors else ExitCode.PASS
+    report_dir: Path = args.report_dir or DEFAULT_REPORT_DIR
+    try:
+        report_dir.mkdir(parents=True, exist_ok=True)
+        clear_previous(report_dir)
+    except OSError as exc:
+        return fail(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
+    with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
+        n_cells = len(res.groups) + (0 if args.no_impl else 2)
+        bar = progress.add_task("gates", total=n_cells)
+
+        def on_cell(i: int, total: int, label: str, target: str) -> None:
+            progress.update(bar, completed=i, description=f"gate {i + 1}/{total}: {label} ({target})")
+
+        def on_done(row: dict[str, Any]) -> None:
+            bad = failing(row)
+            style = VERDICT_STYLE.get(row["verdict"], "")
+            progress.console.print(Text.assemble(f"{row['label']}: ", (row["verdict"], style),
+                                                 f" ({', '.join(bad)})" if bad else "",
+                                                 f" {row['wall_seconds']:.0f} s"))
+            progress.advance(bar)
+
+        from ..runner.gate import GATE_PROFILES
+
+        concurrency = args.concurrency or GATE_PROFILES[args.profile].concurrency
+        out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
+                         started, on_cell, on_done)
+    out.seconds = time.monotonic() - t0  # the whole run, fetching included
+    path = write_json(out, report_dir)
+    write_html(out, report_dir)
+    console.print(matrix_table(out, report_dir.resolve().as_uri() + "/"))
+    console.print(LEGEND, markup=False, highlight=False)
+    for line in summary_lines(out):
+        console.print(line, markup=False, highlight=False)
+    console.print(f"report: {path}", markup=False, highlight=False)
+    return exit_status(out.rows, res.errors)
+
+
+__all__ = ["COLUMNS", "GATE_COMMAND", "clear_previous", "Group", "MatrixResult", "Resolution", "SCHEMA", "exit_status", "label_runs",
+           "main", "matrix_table", "resolve", "run_cell", "run_matrix", "select_versions", "write_html", "write_json"]

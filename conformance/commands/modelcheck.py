@@ -1,0 +1,217 @@
+"""``shmspec model`` / ``make check-model``: TLC on every config, the model's
+state space beside TLC's, and each counterexample replayed and rendered.
+
+For each config (``tla/MC*.cfg``, or ``tla/deep/MC*.cfg`` with ``deep``):
+
+1. TLC checks the invariants that must hold, over the whole state space,
+   dumping the states it reaches; then each invariant the config expects
+   violated, alone, for its shortest counterexample.
+2. (small configs) the Python model (:mod:`shmspec.model.atomic`) is
+   enumerated breadth-first and its states compared with TLC's
+   (:func:`.agreement.compare`).
+3. Each counterexample is replayed on the model (:func:`.agreement.replay_trace`)
+   and drawn by the gate's violation renderer, into ``model.html``; everything
+   goes into ``model.json`` (schema ``shmspec.model/2``, reports/README.md).
+4. With a ``target`` (``impl``, ``file:PATH``, ``vllm==X.Y.Z``), each
+   counterexample is also run on that store's real processes as a controlled
+   schedule (:func:`.spectrace.replay_on_target`), and the report says which
+   of spec, model and target departs first (:func:`.agreement.departs_first`).
+"""
+
+from __future__ import annotations
+
+import json
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable
+
+from rich.console import Console
+from rich.table import Table
+
+from ..spec.agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
+from ..core.results import Violation
+from ..reporting.report import violation_panel
+from ..spec.tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
+
+if TYPE_CHECKING:  # the process harness is imported only when a target is replayed
+    from ..spec.spectrace import TargetReplay
+
+SCHEMA = "shmspec.model/2"
+
+
+@dataclass
+class ConfigOutcome:
+    """One config: TLC's runs, the agreement (``None`` when not compared),
+    and each counterexample with its replay on the model."""
+
+    config: ConfigFile
+    check: ModelCheck
+    agreement: Agreement | None
+    counterexamples: list[tuple[Violation, TraceReplay]] = field(default_factory=list)
+    target: str | None = None
+    """The target the counterexamples were replayed on (None: not replayed)."""
+    target_replays: list["TargetReplay"] = field(default_factory=list)
+    """One per counterexample, in order, when ``target`` is set."""
+
+    @property
+    def ok(self) -> bool:
+        """TLC did what the config states, the state spaces agree (when
+        compared) and the model followed every counterexample."""
+        return (self.check.ok and (self.agreement is None or self.agreement.ok)
+                and all(r.model_departs is None for _, r in self.counterexamples))
+
+
+def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False, agree: bool = True,
+        on_config: Callable[[str], None] | None = None, target: str | None = None) -> list[ConfigOutcome]:
+    """Check every config; ``agree`` enumerates the model beside TLC;
+    ``target`` (a target spec) replays every counterexample on that store.
+
+    Raises:
+        TlcError: no config, or TLC cannot run.
+        TargetError: the target cannot be loaded.
+    """
+    jar = find_jar()
+    loaded = None
+    if target is not None:
+        from ..targets.loader import load_target  # noqa: PLC0415 - only with a target
+
+        loaded = load_target(target)
+    out = []
+    for cf in config_files(tla_dir, pattern, deep):
+        if on_config:
+            on_config(cf.name)
+        with tempfile.TemporaryDirectory(prefix="shmspec-dump-") as tmp:
+            dump = Path(tmp) / "states" if agree else None
+            check = check_config(cf, jar=jar, dump=dump)
+            agreement = None
+            if agree and check.holds.status == "ok":
+                agreement = compare(cf, check.holds, Path(f"{dump}.dump"))
+        cexs, traces = [], []
+        cfg = model_config(cf)
+        for inv, res in check.found.items():
+            if res.status in ("violation", "liveness") and res.trace:
+                replay = replay_trace(cfg, res.trace)
+                cexs.append((counterexample(cf, inv, res, replay), replay))
+                traces.append(res.trace)
+        outcome = ConfigOutcome(cf, check, agreement, cexs)
+        if loaded is not None:
+            outcome.target = loaded.spec
+            outcome.target_replays = _on_target(cfg, [(t, r) for t, (_, r) in zip(traces, cexs)], loaded)
+        out.append(outcome)
+    return out
+
+
+def _on_target(cfg: Any, cexs: list[tuple[list, TraceReplay]], loaded: Any) -> list["TargetReplay"]:
+    """Every counterexample (TLC trace, its replay on the model) run on the
+    target, over one process pool."""
+    from ..concurrency.procs import ProcessPool  # noqa: PLC0415 - processes only with a target
+    from ..spec.spectrace import behaviour_of, replay_on_target  # noqa: PLC0415
+
+    if not cexs:
+        return []
+    with ProcessPool(loaded, tuple(cfg.readers)) as pool:
+        return [replay_on_target(cfg, behaviour_of(cfg, r, [s.action for s in t]), loaded, pool) for t, r in cexs]
+
+
+def summary_table(outcomes: list[ConfigOutcome]) -> Table:
+    """Config, expectation, what TLC found, distinct states of TLC and the
+    model side by side, depth, time, verdict."""
+    t = Table(title="TLC and the model (distinct states side by side)", show_lines=False)
+    for col in ("config", "must fail", "TLC found", "TLC", "model", "depth", "time", "verdict"):
+        num = col in ("TLC", "model", "depth", "time")
+        t.add_column(col, justify="right" if num else "left", no_wrap=num or col in ("config", "verdict"),
+                     overflow="fold")
+    for o in outcomes:
+        c = o.check
+        found = [inv for inv, r in c.found.items() if r.status == "violation" and r.invariant == inv]
+        extra = "" if c.holds.status == "ok" else f" {c.holds.invariant or c.holds.status}!"
+        a = o.agreement
+        model = "-" if a is None else f"{a.model_distinct:,}" + ("" if a.ok else " ≠")
+        depth = str(c.holds.depth) + ("" if a is None or a.model_depth == c.holds.depth else f"/{a.model_depth}")
+        t.add_row(c.config.removesuffix(".cfg").replace("MC_", ""), " ".join(c.expected) or "none",
+                  (" ".join(found) or "none") + extra, f"{c.holds.distinct:,}", model, depth, f"{c.seconds:.1f}s",
+                  "[green]ok[/]" if o.ok else "[red]UNEXPECTED[/]")
+    return t
+
+
+def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | None, panels: bool = True) -> None:
+    """The summary table, any disagreement, and every counterexample: drawn
+    as the gate draws a violation (``panels``), else one line each."""
+    console.print(summary_table(outcomes))
+    n = 0
+    for o in outcomes:
+        a = o.agreement
+        if a is not None and not a.ok:
+            console.print(f"[red]{a.config}: the model and TLC reach different states[/] "
+                          f"(TLC {a.tlc_distinct:,}, model {a.model_distinct:,}; only TLC {a.only_tlc}, "
+                          f"only model {a.only_model})")
+            for s in a.sample_only_tlc:
+                console.print(f"  only TLC:   {tuple(s)}", markup=False)
+            for s in a.sample_only_model:
+                console.print(f"  only model: {tuple(s)}", markup=False)
+        for j, (v, replay) in enumerate(o.counterexamples):
+            n += 1
+            if panels:
+                console.print(violation_panel(n, v))
+            else:
+                console.print(f"[bold]{o.check.config}[/] {v.property}: {v.message}\n  "
+                              + " → ".join(f"{s['action']}({s['process']})" for s in v.steps[1:]), soft_wrap=True)
+            if replay.model_departs is not None:
+                console.print(f"[red]the model departs from TLC's trace at step {replay.model_departs}[/]")
+            if j < len(o.target_replays):
+                tr = o.target_replays[j]
+                first = departs_first(replay.model_departs, tr.departs)
+                console.print(f"  target {tr.summary()}; first to depart: {first or 'none'}", markup=False,
+                              soft_wrap=True)
+    ok = all(o.ok for o in outcomes)
+    line = f"[bold]verdict:[/] {'[green]OK' if ok else '[red]UNEXPECTED'}[/]"
+    if report_dir is not None:
+        lanes = not panels and any(o.counterexamples for o in outcomes)
+        line += f"  report: {report_dir}" + (" (model.html draws each counterexample in lanes)" if lanes else "")
+    console.print(line)
+
+
+def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
+    """``model.json``'s content (schema ``shmspec.model/2``)."""
+    configs = []
+    n = 0  # counterexamples are numbered across configs, as render() numbers the panels
+    for o in outcomes:
+        c = o.check
+        configs.append({
+            "config": c.config, "expected": c.expected, "ok": o.ok, "tlc_ok": c.ok,
+            "status": c.holds.status, "exit_code": c.holds.exit_code,
+            "generated": c.holds.generated, "distinct": c.holds.distinct, "depth": c.holds.depth,
+            "seconds": round(c.seconds, 3),
+            "found": {inv: {"status": r.status, "invariant": r.invariant, "distinct": r.distinct,
+                            "seconds": round(r.seconds, 3), "trace_length": len(r.trace)}
+                      for inv, r in c.found.items()},
+            "agreement": o.agreement.to_json() if o.agreement else None,
+            "counterexamples": [dict(id=f"V{n + j + 1}", **_cex_json(o, j, v, r))
+                                for j, (v, r) in enumerate(o.counterexamples)],
+        })
+        n += len(o.counterexamples)
+    return {"schema": SCHEMA, "ok": all(o.ok for o in outcomes), "configs": configs}
+
+
+def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[str, Any]:
+    d = dict(v.to_json(), model_departs=r.model_departs)
+    tr = o.target_replays[j] if j < len(o.target_replays) else None
+    d.update(target=o.target, target_departs=tr.departs if tr else None,
+             departs_first=departs_first(r.model_departs, tr.departs) if tr else None,
+             target_replay=tr.to_json() if tr else None)
+    return d
+
+
+def write(outcomes: list[ConfigOutcome], report_dir: Path) -> None:
+    """``model.json`` and ``model.html`` into ``report_dir`` (created)."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    (report_dir / "model.json").write_text(json.dumps(to_json(outcomes), indent=2, default=str) + "\n")
+    with open(report_dir / "model.txt", "w") as f:
+        rec = Console(record=True, width=140, file=f, force_terminal=False)
+        render(rec, outcomes, report_dir)
+        (report_dir / "model.html").write_text(rec.export_html(inline_styles=True))
+    (report_dir / "model.txt").unlink()
+
+
+__all__ = ["SCHEMA", "ConfigOutcome", "render", "run", "summary_table", "to_json", "write"]

@@ -1,0 +1,248 @@
+"""Process faults on any target: the ``faults`` campaign (LIVE, and NRR for the survivors).
+
+Each scenario runs on a fresh :class:`~.procs.ProcessPool` (one writer and
+readers ``r1``, ``r2`` forked over one real segment, the construction of the
+session config) and SIGKILLs one process at a chosen yield point:
+
+``reader_killed_in_lock``
+    ``r1`` is killed while it holds the reader lock inside a get (the first
+    yield point its get reaches with the lock held).  A store whose readers
+    take no lock on get (impl) cannot be faulted this way: the scenario
+    reports ``not-reachable`` for it and checks nothing.
+``reader_killed_mid_get``
+    ``r1`` and ``r2`` read ``h1`` as promised, then ``r1`` reads it again
+    and is killed at ``deserialize`` (it holds whatever a reader holds while
+    reading: impl's hazard pin, nothing on vLLM).
+``writer_killed_mid_put``
+    the writer is killed at the first yield point of a put after ``h1`` was
+    put (impl: inside the put; a target without writer yield points: after
+    the put returned).
+
+After the kill, the survivors go on: the other reader reads ``h1`` (and
+what the writer puts next), the writer puts until the ring has wrapped.
+LIVE: every operation of a live process returns within :data:`LIVE_BOUND`
+seconds, whatever the killed process held; a step that does not is
+reported with the yield point it waits at and what the dead process held.
+NRR: every object a survivor gets is the one put under its handle.
+
+Every scenario is a fixed program (no randomness): a report's violation is
+reproduced by :func:`replay_fault` from its ``config`` (the scenario name
+and the geometry).
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+from ..core import interrupt
+from ..targets.loader import LoadedTarget
+from .procs import ProcessPool, ScheduleError, StepOutcome, _label, encode_value
+from ..core.serde import Blob
+
+LIVE_BOUND = 5.0
+"""Seconds an operation of a live process may take after another process was
+killed (LIVE's stated bound in this campaign).  impl's longest wait, for a
+live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
+it does not wait."""
+
+SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put")
+
+DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
+PAYLOAD = 40
+"""Payload bytes per put: four chunks fill the ring, so six puts wrap it."""
+
+
+@dataclass
+class FaultFinding:
+    property: str
+    message: str
+    steps: list[dict[str, Any]]
+
+
+@dataclass
+class ScenarioResult:
+    scenario: str
+    reachable: bool = True
+    """False when the fault cannot happen on this target (see the module docstring)."""
+    findings: list[FaultFinding] = field(default_factory=list)
+    steps: list[dict[str, Any]] = field(default_factory=list)
+    seconds: float = 0.0
+    longest_step: float = 0.0
+    """Seconds of the slowest operation of a live process after the kill."""
+
+
+class _Run:
+    """One scenario's program on one pool, recording steps as report rows."""
+
+    def __init__(self, pool: ProcessPool, res: ScenarioResult):
+        self.pool = pool
+        self.res = res
+        self.killed: str | None = None
+        self.held = ""
+
+    def row(self, process: str, action: str, args: dict, observed: str, violations=()) -> None:
+        self.res.steps.append({"index": len(self.res.steps), "process": process, "action": action,
+                               "args": args, "expected": "", "observed": observed, "changed": {},
+                               "violations": [{"property": p, "message": m} for p, m in violations]})
+
+    def finding(self, prop: str, message: str) -> None:
+        self.row(self.res.steps[-1]["process"] if self.res.steps else "-", "finding", {}, message, [(prop, message)])
+        self.res.findings.append(FaultFinding(prop, message, list(self.res.steps)))
+
+    def run_op(self, name: str, action: str, args: dict, kill_at=None) -> StepOutcome | None:
+        """Run ``action`` on ``name`` to completion, every step bounded by
+        LIVE_BOUND once a process was killed; ``kill_at(out)`` -> True kills
+        ``name`` there (returns None).  A step over the bound is a LIVE
+        finding (returns None; the pool is then unusable)."""
+        interrupt.check()  # a swallowed SIGTERM stops the scenario here
+        pool = self.pool
+        t0 = time.perf_counter()
+        try:
+            out = pool.start(name, action, args)
+            while out.point is not None:
+                if kill_at is not None and kill_at(out):
+                    self.held = ("holding the reader lock" if pool.lock_holder == name
+                                 else f"paused at {out.point}")
+                    pool.kill(name)
+                    self.killed = name
+                    self.row(name, "SIGKILL", {"at": out.point}, f"killed during {action} ({self.held})")
+                    return None
+                if self.killed and time.perf_counter() - t0 > LIVE_BOUND:
+                    raise ScheduleError(f"still running after {LIVE_BOUND:g} s, {out.point} its latest yield point")
+                blocked = out.point == "lock_acquire" and pool.lock_holder not in (None, name)
+                out = pool.advance(name, force=blocked, timeout=LIVE_BOUND if blocked else None)
+        except ScheduleError as exc:
+            waited = time.perf_counter() - t0
+            where = pool.procs[name].point
+            self.row(name, action, _short(args), f"no return after {waited:.1f} s (at {where})")
+            self.finding("LIVE", f"{_label(name)}'s {action} did not return within {LIVE_BOUND:g} s after "
+                                 f"{_label(self.killed)} was killed {self.held}: it waits at {where} ({exc})")
+            return None
+        took = time.perf_counter() - t0
+        if self.killed:
+            self.res.longest_step = max(self.res.longest_step, took)
+        r = out.result
+        shown = (f"handle {tuple(r['value']['handle'])}"
+                 if action == "put" and isinstance(r["value"], dict) and r["value"].get("handle")
+                 else _render(r["value"]))
+        self.row(name, action, _short(args), r["error"] or shown)
+        if self.killed and took > LIVE_BOUND:
+            self.finding("LIVE", f"{_label(name)}'s {action} took {took:.1f} s (bound {LIVE_BOUND:g} s) after "
+                                 f"{_label(self.killed)} was killed {self.held}")
+        return out
+
+    def put(self, key: str, tag: int) -> tuple[dict | None, bytes]:
+        data = bytes([tag, 0, 0, 0]) + bytes([0x41 + tag % 26]) * (PAYLOAD - 4)
+        out = self.run_op("writer", "put", {"key": key, "data": data.hex()})
+        if out is None or out.result["error"]:
+            return None, data
+        v = out.result["value"]
+        return {"address": v["handle"][0], "id": v["handle"][1], "signature": v["signature"], "key": key}, data
+
+    def get(self, reader: str, h: dict, data: bytes, kill_at=None) -> bool:
+        """A get that must return ``data`` or a stale-handle error (NRR);
+        False when the scenario cannot go on."""
+        out = self.run_op(reader, "get", h, kill_at)
+        if out is None:
+            return False
+        r = out.result
+        if r["error"] is None and r["value"] != encode_value(Blob(data)):
+            self.finding("NRR", f"{_label(reader)}'s get of {h['key']} {(h['address'], h['id'])} returned "
+                                f"{_render(r['value'])}, not the object put under it, after {_label(self.killed)} "
+                                f"was killed {self.held}")
+        return True
+
+
+def _short(args: dict) -> dict:
+    return {k: v for k, v in args.items() if k != "signature"}
+
+
+def _render(v: Any) -> str:
+    if isinstance(v, dict) and "blob" in v:
+        return f"Blob({v['blob'][:16]}..., {len(v['blob']) // 2} B)"
+    return repr(v)[:80]
+
+
+def _survive(run: _Run, reader: str, start: int) -> None:
+    """The survivors' part: the writer puts until the ring has wrapped and
+    ``reader`` reads each object put."""
+    for i in range(start, start + 6):
+        if run.res.findings:
+            return
+        h, data = run.put(f"k{i}", i)
+        if h is None:
+            if run.res.findings:
+                return
+            continue  # out of space (a chunk the dead reader owed stays): not a LIVE matter
+        if not run.get(reader, h, data):
+            return
+
+
+def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
+                 start_method: str = "fork") -> ScenarioResult:
+    """Run one scenario on a fresh pool (two readers, started by
+    ``start_method``; the writer built with the readers' lock when
+    ``writer_lock``).
+
+    Raises:
+        ValueError: unknown scenario.
+        ScheduleError: the pool could not be set up (before any fault).
+    """
+    if scenario not in SCENARIOS:
+        raise ValueError(f"unknown fault scenario {scenario!r} (choose from {', '.join(SCENARIOS)})")
+    res = ScenarioResult(scenario)
+    t0 = time.monotonic()
+    with ProcessPool(target, READERS, step_timeout=LIVE_BOUND, start_method=start_method) as pool:
+        pool.open_store(DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, len(READERS), writer_lock)
+        run = _Run(pool, res)
+        h1, d1 = run.put("k0", 0)
+        if h1 is None:
+            raise ScheduleError(f"{scenario}: the first put failed")
+        if scenario == "reader_killed_in_lock":
+            run.get("r1", h1, d1, kill_at=lambda out: pool.lock_holder == "r1")
+            if run.killed is None:
+                res.reachable = False
+                run.row("r1", "note", {}, "its get never held the reader lock: the fault cannot happen here")
+            elif run.get("r2", h1, d1):
+                _survive(run, "r2", 1)
+        elif scenario == "reader_killed_mid_get":
+            if run.get("r1", h1, d1) and run.get("r2", h1, d1):
+                run.get("r1", h1, d1, kill_at=lambda out: out.point == "deserialize")
+                if run.killed is None:
+                    res.reachable = False
+                    run.row("r1", "note", {}, "its get has no deserialize yield point")
+                else:
+                    _survive(run, "r2", 1)
+        else:  # writer_killed_mid_put
+            out = run.run_op("writer", "put", {"key": "k1", "data": (b"\x01\0\0\0" + b"B" * (PAYLOAD - 4)).hex()},
+                             kill_at=lambda out: True)
+            if run.killed is None and out is not None:  # no yield point in the writer's put: kill it after
+                pool.kill("writer")
+                run.killed, run.held = "writer", "after its put returned (no yield point inside put)"
+                run.row("writer", "SIGKILL", {}, "killed after the put returned")
+            for reader in READERS:
+                if not run.get(reader, h1, d1):
+                    break
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+def replay_fault(target_spec: str, config: dict[str, Any], prop: str) -> str | None:
+    """Re-run the scenario a report's violation names (``config["scenario"]``,
+    ``config["writer_lock"]``, ``config["start_method"]``, default ``fork``);
+    ``"PROP: message"`` when ``prop`` is violated again, else None.
+
+    Raises:
+        TargetError: the target cannot be loaded.
+    """
+    from ..targets.loader import load_target
+
+    res = run_scenario(load_target(target_spec), config["scenario"], bool(config.get("writer_lock")),
+                       str(config.get("start_method", "fork")))
+    found = [f for f in res.findings if f.property == prop]
+    return f"{prop}: {found[0].message}" if found else None
+
+
+__all__ = ["LIVE_BOUND", "SCENARIOS", "FaultFinding", "ScenarioResult", "replay_fault", "run_scenario"]

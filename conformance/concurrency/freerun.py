@@ -1,0 +1,484 @@
+"""Free-running concurrency: one writer and N readers at full speed, then a
+linearizability check of what they recorded.
+
+:func:`run_free` starts a writer process and ``n_readers`` reader processes
+with ``multiprocess`` (fork), sharing one process-shared reader lock created
+before the fork, on one real segment of the target.  Nothing is scheduled:
+
+* the writer ``put``\\s unique objects (random sizes up to the max object
+  size) for ``seconds``, now and then ``free_unused`` and rarely ``clear``; an
+  ``OutOfSpace`` put is recorded and retried later.  It learns which handles
+  each op freed by diffing its live-chunk set before and after the op, and
+  sends every issued handle ``(ref, address, id, signature, key, tag)`` to
+  every reader through that reader's queue;
+* each reader reads every handle once, in issue order (the read-once
+  protocol), and with probability ``FreeLoad.p_reread`` re-reads an older one
+  (a stale read: StaleHandle is a legal answer).
+
+Every op is recorded with ``time.monotonic_ns()`` at invoke and return, and
+every object the store deserialized during a reader's get is recorded too (the
+harness serde notes it), so a store that deserializes a recycled slot is seen
+even when it then raises.  The histories come back to the controller and are
+checked per handle by :func:`shmspec.conformance.concurrency.history.check_history`.
+
+Every wait is bounded; whatever happens, every process is stopped (SIGKILL if
+it must) and the segment is unlinked.  Infrastructure failures raise
+:class:`FreeRunError` (a :class:`~.procs.ScheduleError`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import queue
+import random
+import signal
+import time
+from collections import deque
+from dataclasses import dataclass, field
+from typing import Any
+
+import multiprocess
+
+from ..targets.adapter import StoreAdapter, live_chunks, open_writer, segment_exists
+from .history import HistoryResult, Op, check_history
+from ..targets.loader import LoadedTarget
+from .procs import SPAWN_STARTUP, ScheduleError, start_process, worker_setup
+from ..core.serde import Blob, Garbage, HarnessSerde, object_nbytes
+from ..lockstep.session import SessionConfig
+
+FINISH_TIMEOUT = 5.0
+"""Seconds a process may take, past its load, to report (and to start up)."""
+
+
+class FreeRunError(ScheduleError):
+    """A process did not start, finish or report in time, or died.
+
+    ``segment``: the run's segment name ("" if none was created); the harness
+    has unlinked it by the time the error propagates."""
+
+    segment: str = ""
+
+
+@dataclass(frozen=True)
+class FreeLoad:
+    """What the processes do.  Probabilities are per writer op / per reader get.
+
+    ``reread_window``: a re-read picks uniformly among the reader's last
+    ``reread_window`` handles (older than the one just read).
+    ``reread_delay``: seconds the harness serde waits, during a re-read, before
+    it reads the bytes the store hands it: a slow deserializer (real ones take
+    milliseconds for large tensors).  It widens the window in which a store
+    that deserializes shared memory sees the writer reuse it; a store that
+    hands over a private copy is unaffected.
+    ``out_of_space_pause``: seconds the writer sleeps after an ``OutOfSpace``
+    put before it retries (lets lagging readers catch up).
+    """
+
+    p_free: float = 0.05
+    p_clear: float = 0.002
+    p_reread: float = 0.1
+    reread_window: int = 64
+    reread_delay: float = 0.0001
+    out_of_space_pause: float = 0.0002
+
+
+def free_config(n_readers: int = 2, data_buffer_size: int = 64 * 1024,
+                max_object_size: int = 4 * 1024, writer_lock: bool = False,
+                start_method: str = "fork") -> SessionConfig:
+    """Geometry for a free run (bytes): a larger ring than the lockstep
+    default; ``writer_lock`` and ``start_method``: the construction (default
+    vLLM's: the writer without the lock, readers forked)."""
+    return SessionConfig(data_buffer_size=data_buffer_size, max_object_size=max_object_size,
+                         n_readers=n_readers, readers=tuple(f"r{i + 1}" for i in range(n_readers)),
+                         compare_state=False, writer_lock=writer_lock, start_method=start_method)
+
+
+# ------------------------------------------------------------------- payloads
+def make_payload(tag: int, size: int) -> bytes:
+    """``size`` bytes (>= 8) unique to ``tag``: the tag (8 bytes LE) repeated."""
+    unit = tag.to_bytes(8, "little")
+    return (unit * (size // 8 + 1))[:size]
+
+
+def value_of(obj: Any) -> Any:
+    """What a history records for a returned or deserialized object: the tag
+    of a well-formed payload (int), else a short description (str)."""
+    if isinstance(obj, Blob):
+        data = obj.data
+        if len(data) >= 8:
+            tag = int.from_bytes(data[:8], "little")
+            if data == make_payload(tag, len(data)):
+                return tag
+        return repr(obj)
+    if isinstance(obj, Garbage):
+        return repr(obj)
+    return f"{type(obj).__name__}: {obj!r}"[:80]
+
+
+_DESERIALIZED: list[Any] = []
+_SERDE_DELAY = [0.0]
+
+
+class RecordingSerde(HarnessSerde):
+    """The harness serde; notes every object it deserializes (per process),
+    after waiting ``_SERDE_DELAY[0]`` seconds (see ``FreeLoad.reread_delay``)."""
+
+    def deserialize(self, data: memoryview) -> Any:
+        if _SERDE_DELAY[0]:
+            time.sleep(_SERDE_DELAY[0])
+        obj = super().deserialize(data)
+        _DESERIALIZED.append(value_of(obj))
+        return obj
+
+
+# --------------------------------------------------------------------- results
+@dataclass
+class FreeRunResult:
+    """What a free run did and whether its history is linearizable.
+
+    Attributes:
+        target: the target's spec.
+        n_readers: reader processes.
+        ops: operations recorded, all processes.
+        seconds: from the first invoke to the last return, any process.
+        ops_per_second: ``ops / seconds``.
+        per_process: name -> ``{"ops": int, "seconds": float, "ops_per_second": float}``
+            (each over its own first invoke to last return).
+        puts: successful puts; ``out_of_space``: puts that raised OutOfSpace.
+        check: the history check (verdict pass / fail / unknown, findings).
+        leak: ``"pass"`` when closing the writer removed the segment, else
+            ``"fail"`` (the segment was then unlinked by the harness).
+        history: every op, writer's first.
+    """
+
+    target: str
+    n_readers: int
+    ops: int
+    seconds: float
+    ops_per_second: float
+    per_process: dict[str, dict[str, float]]
+    puts: int
+    out_of_space: int
+    check: HistoryResult
+    leak: str
+    history: list[Op] = field(repr=False, default_factory=list)
+
+    @property
+    def properties(self) -> dict[str, str]:
+        return {**self.check.properties, "LEAK": self.leak}
+
+    @property
+    def verdict(self) -> str:
+        if self.leak == "fail" or self.check.verdict == "fail":
+            return "fail"
+        return self.check.verdict
+
+
+# ----------------------------------------------------------------- the writer
+def _live(writer: Any) -> set[tuple[int, int]]:
+    """The writer's live chunks as ``(address, id)``."""
+    return {(a, i) for i, a in live_chunks(writer)}
+
+
+def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_readers: int, lock: Any,
+                 queues: list[Any], seconds: float, seed: int, load: FreeLoad, patience: float,
+                 parent_pid: int) -> None:
+    """The writer process.  ``patience``: seconds it waits for each controller message."""
+    worker_setup(parent_pid)
+    a = StoreAdapter(target, config.data_buffer_size, config.max_object_size, n_readers, lock=lock)
+    try:
+        a.writer = open_writer(target, config.data_buffer_size, config.max_object_size, n_readers, lock,
+                               writer_lock=config.writer_lock)
+        a.segment = a.writer.ring_buffer.shared_memory.name
+        h = a.writer.handle()
+        fields = {f.name: getattr(h, f.name) for f in dataclasses.fields(h)
+                  if f.name not in ("serde_class", "reader_lock")}
+        conn.send(("ready", fields, a.segment))
+        if not conn.poll(patience * (len(queues) + 1)) or conn.recv()[0] != "go":
+            return
+        ops = _write_load(a, queues, seconds, seed, load)
+        for q in queues:
+            q.put(None)  # end of handles
+        conn.send(("history", ops))
+        if conn.poll(patience * (len(queues) + 1)):
+            conn.recv()  # "close": every reader is done (or the controller gave up)
+    except Exception as exc:  # noqa: BLE001 - reported to the controller
+        conn.send(("error", f"the writer: {type(exc).__name__}: {exc}"))
+    finally:
+        gone = a.close() if a.writer is not None else True
+        try:
+            conn.send(("closed", gone))
+        except (BrokenPipeError, OSError):
+            pass
+
+
+def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, load: FreeLoad) -> list[tuple]:
+    """The writer's loop.  Records ``(action, key, tag, ref, error, invoke_ns,
+    return_ns, freed refs)`` per op."""
+    rng = random.Random(seed)
+    max_data = a.max_object_size - object_nbytes(b"")
+    issued: dict[tuple[int, int], str] = {}
+    ops: list[tuple] = []
+    tag = 0
+    pending: tuple[str, int, int] | None = None
+    deadline = time.monotonic() + seconds
+    while time.monotonic() < deadline:
+        r = rng.random()
+        action = "clear" if r < load.p_clear else "free_unused" if r < load.p_clear + load.p_free else "put"
+        before = _live(a.writer)
+        key = ref = None
+        if action == "put":
+            if pending is None:
+                tag += 1
+                pending = (f"k{tag}", tag, rng.randint(8, max_data))
+            key, t, size = pending
+            payload = Blob(make_payload(t, size))
+            t0 = time.monotonic_ns()
+            obs = a.put(key, payload)
+            t1 = time.monotonic_ns()
+        else:
+            t, fn = None, a.clear if action == "clear" else a.free_unused
+            t0 = time.monotonic_ns()
+            obs = fn()
+            t1 = time.monotonic_ns()
+        after = _live(a.writer)
+        freed = tuple(issued.pop(c) for c in before - after if c in issued)
+        if action == "put" and obs.ok:
+            pending = None
+            ref = f"h{t}"
+            issued[tuple(obs.value)] = ref
+            sig = None
+            if a.signed:
+                s = a.get_signature(key)
+                sig = list(s.value) if s.ok else None
+            msg = (ref, obs.value[0], obs.value[1], sig, key, t)
+            for q in queues:
+                q.put(msg)
+        ops.append((action, key, t, ref, obs.error, t0, t1, freed))
+        if obs.error == "OutOfSpace":
+            time.sleep(load.out_of_space_pause)
+    return ops
+
+
+# ----------------------------------------------------------------- a reader
+def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles: Any,
+                 seconds: float, seed: int, load: FreeLoad, patience: float, parent_pid: int) -> None:
+    """A reader process.  ``patience``: seconds it waits for the controller
+    and, past ``seconds``, for the next handle."""
+    worker_setup(parent_pid)
+    a: StoreAdapter | None = None
+    try:
+        if not conn.poll(patience * 2):
+            return
+        _, fields, B, M, n = conn.recv()
+        a = StoreAdapter(target, B, M, n, lock=lock)
+        handle_cls = getattr(target.module, "ShmObjectStorageHandle")
+        handle = handle_cls(**fields, serde_class=RecordingSerde, reader_lock=lock)
+        a.readers[name] = target.storage_cls.create_from_handle(handle)
+        conn.send(("attached",))
+        ops = _read_load(a, name, handles, seconds + patience, seed, load)
+        conn.send(("history", ops))
+    except Exception as exc:  # noqa: BLE001 - reported to the controller
+        conn.send(("error", f"reader {name}: {type(exc).__name__}: {exc}"))
+    finally:
+        if a is not None:
+            for view in a.readers.values():
+                closer = getattr(view, "close", None)
+                try:
+                    closer() if closer is not None else view.ring_buffer.shared_memory.close()
+                except Exception:  # noqa: BLE001 - best effort on teardown
+                    pass
+
+
+def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
+               load: FreeLoad) -> list[tuple]:
+    """The reader's loop until the writer's end marker (``wait``: seconds to
+    wait for a handle).  Records ``(ref, mode, value, error, invoke_ns,
+    return_ns, deserialized values)`` per get."""
+    rng = random.Random(seed)
+    recent: deque = deque(maxlen=load.reread_window + 1)
+    ops: list[tuple] = []
+
+    def get(h: tuple, mode: str) -> None:
+        ref, address, id_, sig, key, _ = h
+        _DESERIALIZED.clear()
+        _SERDE_DELAY[0] = load.reread_delay if mode == "reread" else 0.0
+        t0 = time.monotonic_ns()
+        obs = a.reader_get(name, address, id_, sig, key)
+        t1 = time.monotonic_ns()
+        ops.append((ref, mode, value_of(obs.value) if obs.ok else None, obs.error, t0, t1,
+                    tuple(_DESERIALIZED)))
+
+    while True:
+        try:
+            h = handles.get(timeout=wait)
+        except queue.Empty:
+            raise FreeRunError(f"reader {name} received no handle within {wait:g} s") from None
+        if h is None:
+            return ops
+        get(h, "once")
+        recent.append(h)
+        if len(recent) > 1 and rng.random() < load.p_reread:
+            get(recent[rng.randrange(len(recent) - 1)], "reread")
+
+
+# ------------------------------------------------------------- the controller
+def _recv(proc: Any, conn: Any, label: str, what: str, timeout: float) -> tuple:
+    if not conn.poll(timeout):
+        state = "is still running" if proc.is_alive() else f"exited with code {proc.exitcode}"
+        raise FreeRunError(f"{label} did not {what} within {timeout:g} s ({state})")
+    try:
+        msg = conn.recv()
+    except (EOFError, OSError):
+        proc.join(1)
+        raise FreeRunError(f"{label} died (exit code {proc.exitcode}) before it could {what}") from None
+    if msg[0] == "error":
+        raise FreeRunError(msg[1])
+    return msg
+
+
+def _history(writer_ops: list[tuple], reader_ops: dict[str, list[tuple]]) -> list[Op]:
+    out = []
+    for action, key, tag, ref, error, t0, t1, freed in writer_ops:
+        args = {"key": key, "value": tag} if action == "put" else {}
+        out.append(Op("writer", action, args, ref, error, t0, t1, frozenset(freed)))
+    for name, ops in reader_ops.items():
+        for ref, mode, value, error, t0, t1, deser in ops:
+            out.append(Op(name, "get", {"ref": ref, "mode": mode}, value, error, t0, t1, frozenset(), deser))
+    return out
+
+
+def _rates(history: list[Op]) -> tuple[float, dict[str, dict[str, float]]]:
+    spans: dict[str, list[int]] = {}
+    for o in history:
+        s = spans.setdefault(o.process, [o.invoke_ns, o.return_ns, 0])
+        s[0], s[1], s[2] = min(s[0], o.invoke_ns), max(s[1], o.return_ns), s[2] + 1
+    per = {}
+    for name, (lo, hi, n) in spans.items():
+        sec = max(hi - lo, 1) / 1e9
+        per[name] = {"ops": n, "seconds": round(sec, 3), "ops_per_second": round(n / sec, 1)}
+    if not spans:
+        return 0.0, per
+    total = (max(s[1] for s in spans.values()) - min(s[0] for s in spans.values())) / 1e9
+    return total, per
+
+
+def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_readers: int, seed: int,
+             *, load: FreeLoad = FreeLoad(), finish_timeout: float = FINISH_TIMEOUT,
+             max_nodes: int = 20_000, check_seconds: float | None = 60.0) -> FreeRunResult:
+    """Run the target free for ``seconds`` with one writer and ``n_readers`` readers.
+
+    Geometry (bytes) comes from ``config`` (``data_buffer_size``,
+    ``max_object_size``; see :func:`free_config`); its ``n_readers`` and
+    ``readers`` are ignored (``n_readers`` wins; readers are ``r1``...).
+    ``seed`` seeds every process's choices (not the OS's interleaving).
+    ``max_nodes`` / ``check_seconds``: the history check's budget.
+
+    Raises:
+        ValueError: ``n_readers < 1`` or objects too small for a payload tag.
+        FreeRunError: a process did not start or finish within
+            ``finish_timeout`` seconds past its load, or died, or failed.
+    """
+    if n_readers < 1:
+        raise ValueError("n_readers must be at least 1")
+    if config.max_object_size - object_nbytes(b"") < 8:
+        raise ValueError(f"max_object_size {config.max_object_size} leaves no room for an 8-byte payload tag")
+    readers = tuple(f"r{i + 1}" for i in range(n_readers))
+    ctx = multiprocess.get_context("fork")
+    rctx = multiprocess.get_context(config.start_method)  # the readers' (see procs.START_METHODS)
+    lock = rctx.Lock()
+    queues = {r: rctx.Queue() for r in readers}
+    startup = SPAWN_STARTUP if config.start_method == "spawn" else 0.0
+    conns: dict[str, Any] = {}
+    procs: dict[str, Any] = {}
+    segment = ""
+    leak = "fail"
+
+    def spawn(name: str, fn: Any, *args: Any) -> None:
+        c = ctx if name == "writer" else rctx
+        parent, child = c.Pipe()
+        p = c.Process(target=fn, args=(child, *args, os.getpid()), name=f"shmspec-free-{name}", daemon=True)
+        start_process(p)
+        child.close()
+        conns[name], procs[name] = parent, p
+
+    try:
+        spawn("writer", _writer_main, target, config, n_readers, lock, list(queues.values()),
+              seconds, seed, load, finish_timeout + startup)
+        for i, r in enumerate(readers):
+            spawn(r, _reader_main, r, target, lock, queues[r], seconds, seed * 1000 + i + 1, load,
+                  finish_timeout + startup)
+        _, fields, segment = _recv(procs["writer"], conns["writer"], "the writer", "create the store",
+                                   finish_timeout)
+        for r in readers:
+            conns[r].send(("attach", fields, config.data_buffer_size, config.max_object_size, n_readers))
+        for r in readers:
+            _recv(procs[r], conns[r], f"reader {r}", "attach", finish_timeout + startup)
+        conns["writer"].send(("go",))
+        _, writer_ops = _recv(procs["writer"], conns["writer"], "the writer", "finish",
+                              seconds + finish_timeout)
+        reader_ops = {}
+        for r in readers:
+            reader_ops[r] = _recv(procs[r], conns[r], f"reader {r}", "finish", finish_timeout)[1]
+        conns["writer"].send(("close",))
+        _, gone = _recv(procs["writer"], conns["writer"], "the writer", "close the store", finish_timeout)
+        leak = "pass" if gone and not segment_exists(segment) else "fail"
+    except FreeRunError as exc:
+        exc.segment = segment
+        raise
+    finally:
+        _stop(procs, conns, queues, segment)
+    history = _history(writer_ops, reader_ops)
+    check = check_history(history, target.profile, max_nodes=max_nodes, max_seconds=check_seconds)
+    total, per = _rates(history)
+    puts = sum(1 for o in history if o.action == "put" and o.ok)
+    oos = sum(1 for o in history if o.action == "put" and o.error == "OutOfSpace")
+    return FreeRunResult(target.spec, n_readers, len(history), round(total, 3),
+                         round(len(history) / total, 1) if total else 0.0, per, puts, oos, check, leak,
+                         history)
+
+
+def _stop(procs: dict[str, Any], conns: dict[str, Any], queues: dict[str, Any], segment: str) -> None:
+    """Ask the writer to close its store (harmless if it already did), join
+    every process (SIGKILL past a short grace), close pipes and queues, and
+    unlink the segment if it is still there."""
+    if "writer" in procs and procs["writer"].is_alive():
+        try:
+            conns["writer"].send(("close",))
+        except (BrokenPipeError, OSError):
+            pass
+    deadline = time.monotonic() + 2.0
+    for p in procs.values():
+        p.join(max(0.0, deadline - time.monotonic()))
+    for p in procs.values():
+        if p.is_alive():
+            os.kill(p.pid, signal.SIGKILL)
+            p.join(FINISH_TIMEOUT)
+    for c in conns.values():
+        c.close()
+    for q in queues.values():
+        q.close()
+        q.cancel_join_thread()
+    if segment and segment_exists(segment):
+        try:
+            os.unlink(os.path.join("/dev/shm", segment.lstrip("/")))
+        except FileNotFoundError:
+            pass
+
+
+def free_rates(target: LoadedTarget, readers_list: tuple[int, ...] = (2, 4), seconds: float = 2.0,
+               seed: int = 0, config: SessionConfig | None = None) -> dict[int, float]:
+    """Total ops/s of a free run for each reader count in ``readers_list``.
+
+    Raises :class:`FreeRunError` as :func:`run_free`.
+    """
+    out = {}
+    for n in readers_list:
+        cfg = config or free_config(n)
+        out[n] = run_free(target, cfg, seconds, n, seed).ops_per_second
+    return out
+
+
+__all__ = ["FreeLoad", "FreeRunError", "FreeRunResult", "RecordingSerde", "free_config", "free_rates",
+           "make_payload", "run_free", "value_of"]

@@ -1,0 +1,71 @@
+"""Session configuration: the store's geometry, what a session checks, and
+its construction; and its ``report.json`` form (``config`` of a violation).
+
+Imports nothing of the harness and no third-party package.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+
+@dataclass
+class SessionConfig:
+    """Store geometry for a session (bytes) and what to check."""
+
+    data_buffer_size: int = 256
+    max_object_size: int = 96
+    n_readers: int = 2
+    readers: tuple[str, ...] = ("r1", "r2")
+    compare_state: bool = True
+    excused: frozenset[str] = frozenset()
+    """Properties recorded but not raised: ``"NRR"``, or ``"CONFORMANCE@put"`` for one action."""
+    writer_lock: bool = False
+    """The construction: False builds the writer as vLLM does, without the
+    readers' lock; True gives it the readers' lock too (vLLM 0.33.0 then
+    counts the writer's own gets)."""
+    start_method: str = "fork"
+    """How the concurrent campaigns start their writer and reader processes:
+    ``"fork"`` (copies of the controller) or ``"spawn"`` (fresh interpreters
+    that load the target by its spec and attach by segment name, as vLLM's
+    spawned workers do).  Lockstep sessions run in one process and ignore it."""
+
+    def excuses(self, prop: str, *where: str | None) -> bool:
+        """The excuse rule, one for every session: ``prop`` is recorded, not
+        raised, when ``excused`` names it outright or as ``PROP@w`` for one of
+        ``where`` (the step's action, e.g. ``put``, or its cause, e.g.
+        ``get/cleared``)."""
+        return prop in self.excused or any(w is not None and f"{prop}@{w}" in self.excused for w in where)
+
+
+def config_to_json(c: SessionConfig) -> dict[str, Any]:
+    return {
+        "data_buffer_size": c.data_buffer_size,
+        "max_object_size": c.max_object_size,
+        "n_readers": c.n_readers,
+        "readers": list(c.readers),
+        "compare_state": c.compare_state,
+        "excused": sorted(c.excused),
+        "writer_lock": c.writer_lock,
+        "start_method": c.start_method,
+    }
+
+
+def config_from_json(d: dict[str, Any]) -> SessionConfig:
+    return SessionConfig(
+        data_buffer_size=d["data_buffer_size"],
+        max_object_size=d["max_object_size"],
+        n_readers=d["n_readers"],
+        readers=tuple(d["readers"]),
+        compare_state=d["compare_state"],
+        excused=frozenset(d["excused"]),
+        writer_lock=bool(d.get("writer_lock", False)),  # reports before 2026-12-01: vLLM's construction
+        start_method=str(d.get("start_method", "fork")),
+    )
+
+
+_config_json = config_to_json  # the name before 2026-12-02
+
+
+__all__ = ["SessionConfig", "config_from_json", "config_to_json"]

@@ -1,0 +1,182 @@
+"""Results of a gate run: a :class:`Violation` (one shrunk counterexample),
+a :class:`CampaignResult` per campaign and the :class:`GateResult`, with the
+verdict per property.  ``report.json`` is written from these
+(:mod:`shmspec.conformance.reporting.report`).
+
+Imports nothing of the harness above ``core``; no Hypothesis, no multiprocess.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from typing import Any
+
+from shmspec.model.properties import PROPERTIES
+
+from .constructions import Construction
+
+ALL_PROPERTIES: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
+"""Every property the gate gives a verdict on, in the model's order, then
+CONFORMANCE (the target's outcomes and state agree with the model's)."""
+
+
+@dataclass
+class Violation:
+    """One shrunk counterexample: the property, its message, and the steps."""
+
+    property: str
+    message: str
+    campaign: str
+    round: int
+    steps: list[dict[str, Any]]
+    config: dict[str, Any]
+    exc: Any = field(default=None, repr=False, compare=False)
+    concurrency: str = "off"
+    """``off`` (lockstep steps), ``controlled`` (scheduled lane steps) or ``free``."""
+    detected_seconds: float | None = None
+    """Time to detection: seconds from the gate's start until the failing step
+    (or free-running load) first ran, before any shrinking."""
+    detected_steps: int | None = None
+    """Steps to detection: steps the gate had run (all campaigns, in order)
+    up to and including that first failing step."""
+    shrink_complete: bool | None = None
+    """Lockstep and controlled: True when Hypothesis's shrinking ended before
+    the profile's ``shrink_seconds`` (then the same seed gives the same trace);
+    False when the time budget cut it (the trace may differ between runs; the
+    property and campaign do not).  None where nothing is shrunk."""
+
+    occurrence: int = 1
+    """1 for the first violation of its property in the gate; n > 1 for a
+    distinct finding (its failing step kind differs from the n - 1 before)."""
+
+    def calls(self) -> list[dict[str, Any]]:
+        """What a replay needs: lockstep calls, or the exact schedule."""
+        if self.concurrency == "controlled":
+            return [{"process": s["process"], "kind": s["kind"], "action": s["action"], "args": s["args"]}
+                    for s in self.steps]
+        if self.concurrency in ("free", "faults", "threads"):
+            return []  # re-run from config (a free run's seed, load and geometry; a fault scenario's name)
+        return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
+
+    def to_json(self) -> dict[str, Any]:
+        return {
+            "property": self.property,
+            "message": self.message,
+            "campaign": self.campaign,
+            "concurrency": self.concurrency,
+            "round": self.round,
+            "config": self.config,
+            "steps": self.steps,
+            "shrink_complete": self.shrink_complete,
+            "occurrence": self.occurrence,
+            "cause": getattr(self.exc, "cause", None),
+            "construction": self.construction.to_json(),
+        }
+
+    @property
+    def construction(self) -> Construction:
+        """The construction the finding was made in (from its config)."""
+        return Construction.of(self.config)
+
+
+@dataclass
+class CampaignResult:
+    name: str
+    checks: list[str]
+    mode: str = "lockstep"
+    examples: int = 0
+    steps: int = 0
+    seconds: float = 0.0
+    completed: bool = False
+    skipped: str | None = None
+    violations: list[Violation] = field(default_factory=list)
+    error: str | None = None
+    unknown: str | None = None
+    """Why a check ran out of budget (its properties are then "unknown", never "pass")."""
+    rates: dict[str, Any] = field(default_factory=dict)
+    """Throughput measured by the campaign (free-running: ops per second)."""
+    not_claimed: dict[str, str] = field(default_factory=dict)
+    """Property -> why the target's contract does not claim it (SW on a
+    store that confines its writer to one thread); its verdict is then
+    ``not-claimed`` unless another campaign fails it."""
+
+
+@dataclass
+class GateResult:
+    target: str
+    model_profile: str
+    profile: str
+    seed: int
+    campaigns: list[CampaignResult]
+    seconds: float
+    concurrency: str = "off"
+    """The concurrency mode run after the lockstep campaigns."""
+    writer_lock: bool = False
+    """The primary construction's writer: False, built as vLLM builds it (no
+    reader lock); True, given the readers' lock too."""
+    construction: Construction = Construction()
+    """The primary construction: every campaign but ``constructions`` ran in it."""
+
+    @property
+    def constructions(self) -> list[dict[str, Any]]:
+        """Every construction run (``report.json``'s ``constructions``): the
+        primary one with the campaigns that ran in it, then each one the
+        ``constructions`` campaign ran, with what ran there."""
+        ran = [c.name for c in self.campaigns if c.mode != "constructions" and not c.skipped]
+        # the faults campaign needs a survivor: it always runs two readers
+        two = Construction(self.construction.writer_lock, self.construction.start_method, 2)
+        apart = [n for n in ran if n == "faults"] if two != self.construction else []
+        out = [{**self.construction.to_json(), "primary": True, "campaigns": [n for n in ran if n not in apart]}]
+        if apart:
+            out.append({**two.to_json(), "primary": False, "campaigns": apart})
+        for c in self.campaigns:
+            for row in c.rates.get("constructions", []) if c.mode == "constructions" else []:
+                parts = [k for k in ("preemption", "free_running") if k in row]
+                out.append({**row, "primary": False, "campaigns": [f"{c.name}: {p}" for p in parts]})
+        return out
+
+    @property
+    def violations(self) -> list[Violation]:
+        return [v for c in self.campaigns for v in c.violations]
+
+    @property
+    def properties(self) -> dict[str, str]:
+        """Verdict per property: fail if any violation; pass if a campaign that
+        checks it ran to the end; unknown if the only campaigns that check it
+        ran out of budget; not-claimed if the target's contract does not claim
+        it (a campaign ran it and reported what it saw); otherwise not-checked."""
+        out = {}
+        failed = {v.property for v in self.violations}
+        for pid in ALL_PROPERTIES:
+            if pid in failed:
+                out[pid] = "fail"
+            elif any(c.completed and pid in c.checks for c in self.campaigns):
+                out[pid] = "pass"
+            elif any(c.unknown and pid in c.checks for c in self.campaigns):
+                out[pid] = "unknown"
+            elif any(pid in c.not_claimed for c in self.campaigns):
+                out[pid] = "not-claimed"
+            else:
+                out[pid] = "not-checked"
+        return out
+
+    @property
+    def verdict(self) -> str:
+        if self.violations:
+            return "fail"
+        if any(c.error for c in self.campaigns):
+            return "error"
+        if any(c.unknown for c in self.campaigns):
+            return "unknown"
+        return "pass"
+
+    def property_counts(self) -> dict[str, tuple[int, int, float]]:
+        """(examples, steps, seconds) summed over campaigns that check each property."""
+        out = {}
+        for pid in ALL_PROPERTIES:
+            cs = [c for c in self.campaigns if pid in c.checks and not c.skipped]
+            out[pid] = (sum(c.examples for c in cs), sum(c.steps for c in cs), sum(c.seconds for c in cs))
+        return out
+
+
+__all__ = ["ALL_PROPERTIES", "CampaignResult", "GateResult", "Violation"]

@@ -1,0 +1,2 @@
+"""Reports: ``report.json``, ``report.html``, ``repro_test.py`` and the console rendering.
+"""

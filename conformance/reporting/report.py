@@ -1,0 +1,360 @@
+"""Reports of a gate run: rich console output, ``report.json``, ``report.html``
+and ``repro_test.py``.
+
+The JSON schema is documented in ``reports/README.md`` (``schema`` key
+``shmspec.report/1``); documented keys are a public interface and stay stable.
+All terminal and HTML rendering is rich's.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import re
+from pathlib import Path
+from typing import Any
+
+from rich import box
+from rich.console import Console, Group
+from rich.panel import Panel
+from rich.table import Table
+from rich.text import Text
+
+import shmspec
+
+from ..core.results import ALL_PROPERTIES, GateResult, Violation
+from shmspec.model.properties import DESCRIPTIONS
+
+SCHEMA = "shmspec.report/1"
+VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
+                 "unknown": "bold yellow", "not-claimed": "cyan"}
+
+
+def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
+    stats = result.property_counts()
+    return {
+        "schema": SCHEMA,
+        "tool": {"name": "shmspec", "version": shmspec.__version__},
+        "command": "check",
+        "target": result.target,
+        "target_source": target_source,
+        "model_profile": result.model_profile,
+        "profile": result.profile,
+        "concurrency": result.concurrency,
+        "construction": result.construction.to_json(),
+        "constructions": result.constructions,
+        "seed": result.seed,
+        "verdict": result.verdict,
+        "started": started,
+        "seconds": round(result.seconds, 3),
+        "properties": result.properties,
+        "property_stats": {
+            pid: {"examples": e, "steps": s, "seconds": round(t, 3)} for pid, (e, s, t) in stats.items()
+        },
+        "campaigns": [
+            {
+                "name": c.name,
+                "checks": c.checks,
+                "examples": c.examples,
+                "steps": c.steps,
+                "seconds": round(c.seconds, 3),
+                "completed": c.completed,
+                "skipped": c.skipped,
+                "error": c.error,
+                "mode": c.mode,
+                "unknown": c.unknown,
+                "rates": c.rates,
+                "not_claimed": c.not_claimed,
+                "violations": [f"V{result.violations.index(v) + 1}" for v in c.violations],
+            }
+            for c in result.campaigns
+        ],
+        "errors": [f"{c.name}: {c.error}" for c in result.campaigns if c.error],
+        "violations": [{"id": f"V{i}", **v.to_json()} for i, v in enumerate(result.violations, 1)],
+        "repro": "repro_test.py" if result.violations else None,
+    }
+
+
+def summary_table(result: GateResult, statements: bool = True) -> Table:
+    t = Table(title="Properties", box=box.SIMPLE_HEAVY, show_lines=False)
+    fixed = {"no_wrap": True, "min_width": 6}
+    cols = [("property", {**fixed, "min_width": 11}), ("verdict", {**fixed, "min_width": 11}),
+            ("examples", {**fixed, "justify": "right"}), ("steps", {**fixed, "justify": "right"}),
+            ("time", {**fixed, "justify": "right"})]
+    if statements:
+        cols.append(("statement", {"overflow": "fold"}))
+    for col, kw in cols:
+        t.add_column(col, **kw)
+    stats = result.property_counts()
+    props = result.properties
+    for pid in ALL_PROPERTIES:
+        e, s, sec = stats[pid]
+        v = props[pid]
+        row = [pid, Text(v, style=VERDICT_STYLE[v]), str(e), str(s), f"{sec:.1f}s"]
+        t.add_row(*row, *([DESCRIPTIONS[pid]] if statements else []))
+    return t
+
+
+def steps_table(v: Violation) -> Table:
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    for col in ("#", "process", "action", "args", "expected", "observed", "changed"):
+        t.add_column(col, overflow="fold")
+    last = len(v.steps) - 1
+    for i, s in enumerate(v.steps):
+        bad = bool(s["violations"]) or i == last
+        t.add_row(
+            str(s["index"]), s["process"], s["action"], _short_args(s["args"]), s["expected"], s["observed"],
+            _short_changed(s["changed"]), style="bold red" if bad and s["violations"] else None,
+        )
+    return t
+
+
+def _lane_table(v: Violation, first: str, skip: tuple[str, ...] = ()) -> tuple[Table, list[str]]:
+    """A table with a ``first`` column and one lane per process of ``v``'s
+    steps (the writer first, then readers by name); returns it and the lanes."""
+    procs = sorted({s["process"] for s in v.steps} - set(skip), key=lambda p: (p != "writer", p))
+    t = Table(box=box.MINIMAL, show_edge=False, expand=False)
+    t.add_column(first, justify="right", no_wrap=True)
+    for p in procs:
+        t.add_column(p, overflow="fold", min_width=14)
+    return t, procs
+
+
+def lanes_table(v: Violation) -> Table:
+    """One lane (column) per process, one row per scheduled step, the ring's
+    live chunks (``id@address:reader_count/writer_count``) beside each step;
+    the step that broke a property in bold red."""
+    t, procs = _lane_table(v, "#")
+    t.add_column("ring", overflow="fold")
+    for s in v.steps:
+        if s["kind"] == "start":
+            cell = f"{s['action']} {_short_args(s['args'])}".strip()
+        else:
+            cell = "…"
+        cell += f" ▸ {s['yield_point']}" if s["yield_point"] else f" ⇒ {s['observed']}"
+        row = ["" for _ in procs]
+        row[procs.index(s["process"])] = cell
+        bad = bool(s["violations"])
+        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", style="bold red" if bad else None)
+    return t
+
+
+def history_table(v: Violation) -> Table:
+    """A free-running finding: one lane per process, one row per operation of
+    the handle's sub-history, with invoke and return times (µs)."""
+    t, procs = _lane_table(v, "invoke→return µs")
+    for s in v.steps:
+        cell = f"{s['action']} {_short_args(s['args'])} ⇒ {s['observed']}"
+        if s.get("freed"):
+            cell += f" freed {','.join(s['freed'])}"
+        bad_des = [d for d in s.get("deserialized", []) if d != s["observed"]]
+        if bad_des:
+            cell += f" (deserialized {', '.join(bad_des)})"
+        row = ["" for _ in procs]
+        row[procs.index(s["process"])] = cell
+        t.add_row(f"{s['invoke_us']}→{s['return_us']}", *row, style="bold red" if s["violations"] else None)
+    return t
+
+
+def spec_table(v: Violation) -> Table:
+    """A TLC counterexample: one lane per process, one row per spec action
+    (its arguments recovered by the model), what it changed for its process,
+    the live chunks (``id@address:reader_count``, addresses in spec units)
+    and whether the model took the same step."""
+    t, procs = _lane_table(v, "#", skip=("-", "?"))
+    t.add_column("ring", overflow="fold")
+    t.add_column("model", no_wrap=True)
+    for s in v.steps[1:]:
+        row = ["" for _ in procs]
+        cell = f"{s['action']} {_short_args(s['args'])}".strip() + (f" ⇒ {s['observed']}" if s["observed"] else "")
+        if s["process"] in procs:
+            row[procs.index(s["process"])] = cell
+        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", s.get("model", ""),
+                  style="bold red" if s["violations"] or s.get("model") == "departs" else None)
+    return t
+
+
+LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resumed   ⇒ R: the operation returned R   "
+                "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
+
+
+def violation_panel(n: int, v: Violation) -> Panel:
+    mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
+    cause = getattr(v.exc, "cause", None)
+    again = (f"  (finding {v.occurrence} of {v.property}: it fails at another step kind"
+             + (f", {cause}," if cause else "") + " than the earlier ones)" if v.occurrence > 1 else "")
+    head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}{again}\n",
+                         (v.message, "red"),
+                         f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
+                         + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
+                            else "the z3 counterexample's step" if v.campaign == "prove"
+                            else f"{len(v.steps)} steps of a fixed fault scenario" if v.concurrency == "faults"
+                            else f"{len(v.steps)} steps of a fixed two-thread schedule" if v.concurrency == "threads"
+                            else f"{len(v.steps) - 1} spec steps (TLC's shortest counterexample)"
+                            if v.concurrency == "spec"
+                            else f"{len(v.steps)} steps after shrinking"
+                            + (" (cut by the shrink time budget: another run may show another trace)"
+                               if v.shrink_complete is False else "")))
+    table = {"controlled": lanes_table, "free": history_table, "spec": spec_table}.get(v.concurrency, steps_table)(v)
+    parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
+    return Panel(Group(*parts), title=f"V{n}", border_style="red")
+
+
+def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:
+    console.print(
+        Panel.fit(
+            Text.assemble(
+                ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
+                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed}\n",
+                f"construction {result.construction.name}",
+            )
+        )
+    )
+    console.print(summary_table(result, statements=console.width >= 100))
+    skipped = [c for c in result.campaigns if c.skipped]
+    for c in skipped:
+        console.print(f"[yellow]campaign {c.name} skipped: {c.skipped}[/]")
+    for c in result.campaigns:
+        if c.error:
+            console.print(f"[magenta]campaign {c.name} errored: {c.error}[/]")
+        if c.unknown:
+            console.print(f"[yellow]campaign {c.name}: unknown: {c.unknown}[/]")
+        if c.mode == "controlled" and c.steps and not c.skipped:
+            console.print(f"campaign {c.name}: {c.examples} examples, {c.steps} scheduled steps "
+                          f"({c.steps / max(c.seconds, 1e-9):.0f} steps/s, shrinking included)")
+        if c.mode == "preemption" and not c.error:
+            console.print(f"campaign {c.name}: {c.examples} schedules, each preempting one operation at one yield "
+                          f"point (bound 1), {c.steps} scheduled steps")
+        if c.mode == "program" and not c.error:
+            wrap = "with" if "WRAP" in c.checks else "without (no warp hook)"
+            early = f"; stopped early (target diverged): {', '.join(c.rates['stopped_early'])}" \
+                if c.rates.get("stopped_early") else ""
+            console.print(f"campaign {c.name}: {c.examples} z3 boundary programs, {c.steps} steps, {wrap} id "
+                          f"wraparound{early}")
+        if c.mode == "threads" and not c.error:
+            n = sum(d["schedules"] for d in c.rates.get("scenarios", {}).values())
+            console.print(f"campaign {c.name}: {c.examples} scenarios of two threads on one writer, {n} schedules "
+                          f"(contract: {c.rates.get('contract')})")
+            for pid, why in c.not_claimed.items():
+                console.print(f"[cyan]campaign {c.name}: {pid} not claimed: {why}[/]")
+                for f in c.rates.get("not_claimed", []):
+                    console.print(f"[cyan]  {f['scenario']} (A preempted at its yield point {f['k']}): "
+                                  f"{f['message']}[/]")
+        if c.mode == "constructions" and c.rates.get("constructions"):
+            for row in c.rates["constructions"]:
+                pre, free = row.get("preemption"), row.get("free_running")
+                what = ", ".join(x for x in (
+                    f"{pre['schedules']} preemption schedules" if pre else "",
+                    f"{free['ops']} free-running operations ({free['ops_per_second']:.0f} ops/s)" if free else "")
+                    if x) or "did not run"
+                found = f", [red]{row['violations']} violation(s)[/]" if row["violations"] else ""
+                console.print(f"campaign {c.name}: {row['name']}: {what}{found}")
+        for rule, d in c.rates.get("client_deviations", {}).items():
+            console.print(f"[cyan]campaign {c.name}: client deviation, reported, not failed ({d['property']} does "
+                          f"not hold the store to it): {rule}, {d['count']} time(s); first: {d['first']}[/]")
+        if c.rates.get("ops_per_second"):
+            console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
+                          f"{c.rates['partitions']} handle histories checked")
+    for i, v in enumerate(result.violations, 1):
+        console.print(violation_panel(i, v))
+    style = VERDICT_STYLE[result.verdict]
+    line = Text.assemble(("verdict: ", "bold"), (result.verdict.upper(), style),
+                         f"  ({len(result.violations)} violation(s), {result.seconds:.1f}s)")
+    if report_dir is not None:
+        line.append(f"  report: {report_dir}")
+    console.print(line)
+
+
+def save_console_html(path: Path, renderables: list[Any], width: int) -> Path:
+    """Print ``renderables`` on a recording console ``width`` columns wide and
+    save rich's HTML export of it at ``path`` (``mutants.html``,
+    ``matrix.html``); return ``path``."""
+    import io
+
+    rec = Console(record=True, width=width, file=io.StringIO())
+    for r in renderables:
+        rec.print(r)
+    rec.save_html(str(path))
+    return path
+
+
+def write_report(result: GateResult, report_dir: Path, started: str | None = None,
+                 target_source: str | None = None) -> Path:
+    """Write report.json, report.html and (when there are violations)
+    repro_test.py into ``report_dir`` (created).  Returns the directory."""
+    report_dir.mkdir(parents=True, exist_ok=True)
+    started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
+    data = report_json(result, started, target_source)
+    (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
+    rec = Console(record=True, width=140, file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
+    render_console(rec, result, report_dir)
+    (report_dir / "report.html").write_text(rec.export_html(inline_styles=True))
+    rec.file.close()
+    if result.violations:
+        (report_dir / "repro_test.py").write_text(repro_source(result, target_source))
+    return report_dir
+
+
+def default_report_dir(target: str, root: Path = Path("reports")) -> Path:
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    slug = re.sub(r"[^A-Za-z0-9.=_-]+", "_", target.rsplit("/", 1)[-1])[:60]
+    path = root / f"{stamp}-{slug}"
+    n = 1
+    while path.exists():
+        n += 1
+        path = root / f"{stamp}-{slug}-{n}"
+    return path
+
+
+def repro_source(result: GateResult, target_source: str | None) -> str:
+    cases = [
+        {"id": f"V{i}", "property": v.property, "message": v.message, "config": v.config,
+         "concurrency": v.concurrency, "calls": v.calls()}
+        for i, v in enumerate(result.violations, 1)
+    ]
+    target = result.target
+    return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
+
+Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
+Run:    .venv/bin/python -m pytest repro_test.py   (any Python with shmspec installed)
+Each test replays one violation's steps against the same target (lockstep
+calls on the model and the target, or the exact schedule of writer and reader
+processes) and fails while any property is still violated.
+"""
+
+import json
+
+import pytest
+
+import shmspec
+
+TARGET = {target!r}
+CASES = json.loads(r"""
+{json.dumps(cases, indent=1)}
+""")
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c["id"] + "-" + c["property"] for c in CASES])
+def test_counterexample_no_longer_violates(case):
+    # shmspec.replay (docs/api.md): lockstep calls on the model and the target;
+    # controlled, the exact schedule; free, the same load re-run (the OS
+    # interleaving is not replayed); faults and threads, the named scenario
+    found = shmspec.replay(TARGET, case)
+    assert found is None, f"{{case['property']}} still violated: {{found}}"
+'''
+
+
+def _short_args(args: dict[str, Any]) -> str:
+    parts = []
+    for k, v in args.items():
+        if k == "data" and isinstance(v, str):
+            b = bytes.fromhex(v)
+            parts.append(f"data={b[:8].hex()}{'...' if len(b) > 8 else ''}({len(b)}B)")
+        else:
+            parts.append(f"{k}={v}")
+    return " ".join(parts)
+
+
+def _short_changed(changed: dict[str, Any]) -> str:
+    return " ".join(f"{k}:{v[0]}->{v[1]}" if isinstance(v, list) and len(v) == 2 and k != "live" else f"{k}={v}"
+                    for k, v in changed.items())

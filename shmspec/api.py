@@ -1,0 +1,117 @@
+"""shmspec's Python API: run the gate on a store, replay a finding.
+
+Everything here is a public interface (kept stable; see docs/api.md)::
+
+    import shmspec
+    result = shmspec.check("file:my_store.py", profile="ci", seed=0)
+    result.verdict                      # "pass" | "fail" | "error" | "unknown"
+    for v in result.violations:         # shmspec.Violation
+        print(v.property, v.campaign, v.message)
+        assert shmspec.replay("file:my_store.py", v) is not None  # still violated
+
+It wraps the layers (``shmspec.conformance.runner``, ``...reporting``) and
+imports them only when called, so ``import shmspec`` loads neither
+Hypothesis nor multiprocess.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from shmspec.conformance.core.constructions import MAX_READERS, START_METHODS, Construction
+from shmspec.conformance.core.errors import ExitCode, ShmspecError, UsageError
+from shmspec.conformance.core.results import GateResult, Violation
+
+if TYPE_CHECKING:
+    from shmspec.conformance.targets.loader import LoadedTarget
+
+
+
+def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None = None,
+          concurrency: str | None = None, writer_lock: bool = False, start_method: str = "fork",
+          readers: int = 2, report_dir: str | Path | None = None) -> GateResult:
+    """Run the conformance gate on ``target``, as ``shmspec check`` does.
+
+    Args:
+        target: a target spec (``"impl"``, ``"vllm==0.33.0"``, ``"file:PATH"``)
+            or a target already loaded (:func:`shmspec.conformance.targets.loader.load_target`).
+        profile: gate profile, ``"ci"`` (seed 0 unless given), ``"dev"`` or ``"deep"``.
+        seed: the run's seed (``None``: the profile's rule).
+        concurrency: ``"controlled"``, ``"free"`` or ``"off"`` (``None``: the profile's).
+        writer_lock, start_method, readers: the primary construction (default
+            vLLM's: writer without the readers' lock, two forked readers).
+        report_dir: when given, ``report.json``, ``report.html`` and (with
+            violations) ``repro_test.py`` are written there.
+
+    Returns:
+        The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
+
+    Raises:
+        UsageError: an unknown profile, concurrency mode or start method, or
+            ``readers`` outside 1..4.
+        TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
+    """
+    from shmspec.conformance.core.config import SessionConfig
+    from shmspec.conformance.runner.gate import CONCURRENCY_MODES, GATE_PROFILES, run_gate
+    from shmspec.conformance.targets.loader import load_target
+
+    if profile not in GATE_PROFILES:
+        raise UsageError(f"unknown gate profile {profile!r} (choose from {', '.join(GATE_PROFILES)})")
+    if concurrency is not None and concurrency not in CONCURRENCY_MODES:
+        raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(CONCURRENCY_MODES)})")
+    if start_method not in START_METHODS:
+        raise UsageError(f"unknown start method {start_method!r} (choose from {', '.join(START_METHODS)})")
+    if not isinstance(readers, int) or not 1 <= readers <= MAX_READERS:
+        raise UsageError(f"readers must be an integer in 1..{MAX_READERS}, not {readers!r}")
+    loaded = load_target(target) if isinstance(target, str) else target
+    config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
+    result = run_gate(loaded, profile, seed, concurrency=concurrency, config=config)
+    if report_dir is not None:
+        from shmspec.conformance.reporting.report import write_report
+        write_report(result, Path(report_dir), None, str(loaded.source) if loaded.source else None)
+    return result
+
+
+def replay(target: str, violation: "Violation | dict[str, Any]") -> str | None:
+    """Replay one finding on ``target``; ``"PROP: message"`` while a property
+    is still violated, ``None`` once none is.
+
+    ``violation`` is a :class:`Violation`, an entry of ``report.json``'s
+    ``violations`` or a ``repro_test.py`` case.  Lockstep findings replay their
+    calls on the model and the target; controlled ones their exact schedule;
+    free-running ones re-run the same load (the OS interleaving is not
+    replayed); ``faults`` and ``threads`` ones re-run the named scenario.
+
+    Raises:
+        UsageError: ``violation`` has no ``config`` or an unknown ``concurrency``.
+        TargetError: the target cannot be loaded.
+    """
+    case = violation.to_json() if isinstance(violation, Violation) else dict(violation)
+    if "config" not in case:
+        raise UsageError("a violation to replay needs its 'config' (a report.json violation or repro case)")
+    mode = case.get("concurrency", "off")
+    if "calls" in case:
+        calls = case["calls"]
+    else:
+        calls = Violation(case.get("property", "?"), "", "", 0, case.get("steps", []), case["config"],
+                          concurrency=mode).calls()
+    if mode == "controlled":
+        from shmspec.conformance.concurrency.schedule import replay_schedule
+        return replay_schedule(target, calls, case["config"])
+    if mode == "free":
+        from shmspec.conformance.runner.replay import replay_free
+        return replay_free(target, case["config"], case["property"])
+    if mode == "faults":
+        from shmspec.conformance.concurrency.faults import replay_fault
+        return replay_fault(target, case["config"], case["property"])
+    if mode == "threads":
+        from shmspec.conformance.concurrency.sw import replay_sw
+        return replay_sw(target, case["config"], case["property"])
+    if mode != "off":
+        raise UsageError(f"unknown concurrency {mode!r} in the violation")
+    from shmspec.conformance.runner.replay import replay as replay_lockstep
+    return replay_lockstep(target, calls, case["config"])
+
+
+__all__ = ["Construction", "ExitCode", "GateResult", "ShmspecError", "UsageError", "Violation", "check", "replay"]

@@ -1,0 +1,27 @@
+"""Helpers shared by the tests (import as ``from helpers import ...``; pytest
+puts tests/ on sys.path).  Fixtures live in conftest.py."""
+
+from __future__ import annotations
+
+import pytest
+
+from shmspec.conformance.core.config import SessionConfig
+from shmspec.conformance.targets.loader import LoadedTarget, TargetError, load_target
+
+
+def load_or_skip(spec: str) -> LoadedTarget:
+    """``load_target(spec)``, or skip the test when the target cannot be
+    fetched (vLLM's files come from the package registry, cached after the
+    first fetch).  A skip is reported as a skip, never as a pass."""
+    try:
+        return load_target(spec)
+    except TargetError as exc:
+        pytest.skip(f"registry unreachable: {exc}")
+
+
+def run_campaign(spec: str, campaign, writer_lock: bool = False):
+    """One gate campaign on ``spec`` at the ci profile, seed 0, in the
+    construction ``writer_lock`` names (readers forked, two of them)."""
+    from shmspec.conformance.runner import gate
+    return gate._run_campaign(load_or_skip(spec), campaign, gate.GATE_PROFILES["ci"], 0,
+                              SessionConfig(writer_lock=writer_lock))

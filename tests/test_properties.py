@@ -1,0 +1,116 @@
+"""The property registry (``shmspec.model.properties.PROPERTIES``): every
+list of properties is derived from it, and each checker claims exactly the
+properties the registry says it does."""
+
+from __future__ import annotations
+
+import importlib
+import re
+from pathlib import Path
+
+import pytest
+
+from shmspec.model import properties as P
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_one_entry_per_property_and_every_list_derived():
+    ids = [p.id for p in P.PROPERTIES]
+    assert len(ids) == len(set(ids)) == 18
+    assert ids[-1] == "CONFORMANCE"
+    assert P.PROPERTY_IDS == tuple(ids[:-1])
+    assert sorted(p.severity for p in P.PROPERTIES) == list(range(1, len(ids) + 1))
+    assert set(P.SEVERITY) == set(ids) and P.SEVERITY[0] == "NRR"
+    assert P.DESCRIPTIONS == {p.id: p.statement for p in P.PROPERTIES}
+    from shmspec.conformance.commands.matrix import COLUMNS
+    from shmspec.conformance.core.results import ALL_PROPERTIES
+    from shmspec.conformance.lockstep.session import SEVERITY
+    assert ALL_PROPERTIES == tuple(ids) == COLUMNS
+    assert SEVERITY == P.SEVERITY
+    for p in P.PROPERTIES:
+        assert p.statement and "\n" not in p.statement
+        assert p.kind in ("safety", "liveness", "refinement")
+        assert p.checkers and p.checkers <= P.CHECKERS.keys(), p.id
+
+
+def test_no_other_module_spells_out_the_property_list():
+    """A tuple literal naming five or more property ids outside the registry
+    is a second list that can drift (campaign claim sets are data checked
+    below, not lists of every property)."""
+    pat = re.compile(r"\(\s*(\"(?:%s)\",\s*){5,}" % "|".join(P.BY_ID))
+    bad = [str(f.relative_to(ROOT)) for d in ("conformance", "model", "impl") for f in (ROOT / d).rglob("*.py")
+           if f.name != "properties.py" and pat.search(f.read_text())]
+    assert bad == []
+
+
+def _claims() -> dict[str, set[str]]:
+    from shmspec.conformance.lockstep.machine import CAMPAIGNS
+    from shmspec.conformance.proofs.prove import OBLIGATIONS
+    from shmspec.conformance.runner import gate
+    tla = set()
+    for cfg in list((ROOT / "tla").glob("*.cfg")) + list((ROOT / "tla" / "deep").glob("*.cfg")):
+        for m in re.finditer(r"^(?:INVARIANTS?|PROPERTIES|PROPERTY)\s+(.*)$", cfg.read_text(), re.M):
+            tla |= set(m.group(1).split())
+    return {
+        "lockstep": set().union(*(c.checks for c in CAMPAIGNS)),
+        "boundary": set(gate.BOUNDARY.checks),
+        "controlled": set(gate.PREEMPTION.checks | gate.CONTROLLED.checks),
+        "free": set(gate.CONCURRENT_CAMPAIGNS["free"][0].checks),
+        "faults": set(gate.FAULTS.checks),
+        "threads": set(gate.SW_CAMPAIGN.checks),
+        "z3": {o.property for o in OBLIGATIONS},
+        "tla": {p.id for p in P.PROPERTIES if p.tla in tla},
+    }
+
+
+@pytest.mark.parametrize("checker", sorted(P.CHECKERS))
+def test_each_checker_claims_what_the_registry_says(checker):
+    declared = {p.id for p in P.PROPERTIES if checker in p.checkers}
+    assert _claims()[checker] == declared
+
+
+def test_tla_names_are_defined_in_the_spec():
+    spec = (ROOT / "tla" / "ShmStore.tla").read_text()
+    for p in P.PROPERTIES:
+        if p.tla:
+            assert re.search(rf"^{p.tla} ==", spec, re.M), p.id
+
+
+@pytest.mark.parametrize("checker", sorted(P.CHECKERS))
+def test_checker_sites_resolve(checker):
+    site = P.CHECKERS[checker]
+    if ":" not in site:
+        assert (ROOT / site).is_file()
+        return
+    mod, qual = site.split(":")
+    obj = importlib.import_module(mod)
+    for part in qual.split("."):
+        obj = getattr(obj, part)
+    assert obj is not None
+
+
+def test_contract_variants_are_the_model_profiles():
+    from shmspec.model.profile import PROFILES
+    assert {pr.clr for pr in PROFILES.values()} <= set(P.BY_ID["CLR"].contracts)
+    assert {pr.sw for pr in PROFILES.values()} <= set(P.BY_ID["SW"].contracts)
+
+
+def test_by_severity_orders_and_dedups():
+    got = P.by_severity([("OOM", "a"), ("NRR", "b"), ("ZZZ", "c"), ("NRR", "b"), ("RC", "d")])
+    assert got == [("NRR", "b"), ("RC", "d"), ("OOM", "a"), ("ZZZ", "c")]
+
+
+def test_the_properties_command_shows_where_a_property_is_checked(capsys):
+    from shmspec.conformance.cli import main
+    assert main(["properties", "--json", "NRR"]) == 0
+    import json
+    (entry,) = json.loads(capsys.readouterr().out)
+    assert entry["id"] == "NRR" and entry["tla"] == "NRR"
+    assert entry["checked_by"]["lockstep"] == P.CHECKERS["lockstep"]
+    assert set(entry["checked_by"]) == set(P.BY_ID["NRR"].checkers)
+    assert entry["rendered_by"].endswith(":violation_panel")
+    assert main(["properties"]) == 0
+    assert "18 properties" in capsys.readouterr().out
+    assert main(["properties", "NOPE"]) == 2
+    assert "unknown property NOPE" in capsys.readouterr().err
