@@ -12,7 +12,7 @@ the layers below it (checked by ``tests/test_layers.py``)::
 
 Imports :mod:`shmspec.model` and :mod:`shmspec.impl`; neither imports this.
 
-The modules' flat paths from before 2026-12-02 (``shmspec.conformance.gate``,
+The modules' flat paths from before the layered packages (commit 9a6edc8, 2026-12-01: ``shmspec.conformance.gate``,
 ``shmspec.conformance.schedule``, ...: what ``repro_test.py`` files written
 then import) still work: each is an alias of the module at its new path (the
 same module object), see :data:`MOVED`.

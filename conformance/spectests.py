@@ -1,5 +1,5 @@
 """Old path of :mod:`shmspec.conformance.commands.spectests` (before
-2026-12-02), kept so ``python -m shmspec.conformance.spectests`` still runs."""
+commit 9a6edc8, 2026-12-01), kept so ``python -m shmspec.conformance.spectests`` still runs."""
 
 import sys
 

@@ -22,6 +22,8 @@ ones; nothing else in the directory is touched.  Exit status: :func:`exit_status
 
 from __future__ import annotations
 
+from ..core.documents import header
+
 from ..core.errors import ExitCode
 
 import datetime as _dt
@@ -41,7 +43,6 @@ from rich.style import Style
 from rich.table import Table
 from rich.text import Text
 
-import shmspec
 from shmspec.model.profile import profile_for_vllm
 from ..core.results import ALL_PROPERTIES
 
@@ -305,9 +306,7 @@ class MatrixResult:
     def to_json(self) -> dict[str, Any]:
         r = self.resolution
         return {
-            "schema": SCHEMA,
-            "tool": {"name": "shmspec", "version": shmspec.__version__},
-            "command": "matrix",
+            **header(SCHEMA, "matrix"),
             "started": self.started,
             "seconds": round(self.seconds, 2),
             "profile": self.profile,

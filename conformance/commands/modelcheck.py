@@ -20,6 +20,8 @@ For each config (``tla/MC*.cfg``, or ``tla/deep/MC*.cfg`` with ``deep``):
 
 from __future__ import annotations
 
+from ..core.documents import header
+
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -31,7 +33,7 @@ from rich.table import Table
 
 from ..spec.agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
 from ..core.results import Violation
-from ..reporting.report import violation_panel
+from ..reporting.report import record_html, violation_panel
 from ..spec.tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
 
 if TYPE_CHECKING:  # the process harness is imported only when a target is replayed
@@ -191,7 +193,7 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
                                 for j, (v, r) in enumerate(o.counterexamples)],
         })
         n += len(o.counterexamples)
-    return {"schema": SCHEMA, "ok": all(o.ok for o in outcomes), "configs": configs}
+    return {**header(SCHEMA, "model"), "ok": all(o.ok for o in outcomes), "configs": configs}
 
 
 def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[str, Any]:
@@ -207,11 +209,7 @@ def write(outcomes: list[ConfigOutcome], report_dir: Path) -> None:
     """``model.json`` and ``model.html`` into ``report_dir`` (created)."""
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "model.json").write_text(json.dumps(to_json(outcomes), indent=2, default=str) + "\n")
-    with open(report_dir / "model.txt", "w") as f:
-        rec = Console(record=True, width=140, file=f, force_terminal=False)
-        render(rec, outcomes, report_dir)
-        (report_dir / "model.html").write_text(rec.export_html(inline_styles=True))
-    (report_dir / "model.txt").unlink()
+    (report_dir / "model.html").write_text(record_html(lambda rec: render(rec, outcomes, report_dir)))
 
 
 __all__ = ["SCHEMA", "ConfigOutcome", "render", "run", "summary_table", "to_json", "write"]

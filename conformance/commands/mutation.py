@@ -24,6 +24,8 @@ own gate report going to ``<report dir>/<fault name>/``.
 
 from __future__ import annotations
 
+from ..core.documents import header
+
 from ..core.errors import ExitCode
 
 import statistics
@@ -34,7 +36,6 @@ from typing import Any, Callable
 
 from rich.table import Table
 
-import shmspec
 
 from ..runner.gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate, seed_only
 from ..targets.loader import load_file
@@ -131,9 +132,7 @@ class MutantsResult:
     def to_json(self) -> dict[str, Any]:
         times = self.detection_seconds()
         return {
-            "schema": SCHEMA,
-            "tool": {"name": "shmspec", "version": shmspec.__version__},
-            "command": "mutants",
+            **header(SCHEMA, "mutants"),
             "profile": self.profile,
             "seed": self.seed,
             "started": self.started,

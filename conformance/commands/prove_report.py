@@ -8,6 +8,8 @@ state and the step that breaks the claim.
 
 from __future__ import annotations
 
+from ..core.documents import header
+
 from ..core.errors import ExitCode
 
 import datetime as _dt
@@ -19,7 +21,6 @@ from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-import shmspec
 
 from shmspec.model.profile import PROFILES
 
@@ -82,9 +83,7 @@ def run(console: Console, err: Console, report_dir: Path, chunks: int = DEFAULT_
     verdict = "pass" if not bad else "fail"
     report_dir.mkdir(parents=True, exist_ok=True)
     (report_dir / "prove.json").write_text(json.dumps({
-        "schema": SCHEMA,
-        "tool": {"name": "shmspec", "version": shmspec.__version__},
-        "command": "prove",
+        **header(SCHEMA, "prove"),
         "model_profile": profile,
         "chunks": chunks,
         "started": started,

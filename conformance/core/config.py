@@ -65,7 +65,7 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
     )
 
 
-_config_json = config_to_json  # the name before 2026-12-02
+_config_json = config_to_json  # the name before the layered packages (9a6edc8, 2026-12-01)
 
 
 __all__ = ["SessionConfig", "config_from_json", "config_to_json"]

@@ -8,11 +8,13 @@ All terminal and HTML rendering is rich's.
 
 from __future__ import annotations
 
+from ..core.documents import header
+
 import datetime as _dt
 import json
 import re
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
 
 from rich import box
 from rich.console import Console, Group
@@ -20,7 +22,6 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-import shmspec
 
 from ..core.results import ALL_PROPERTIES, GateResult, Violation
 from shmspec.model.properties import DESCRIPTIONS
@@ -33,9 +34,7 @@ VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yello
 def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
     stats = result.property_counts()
     return {
-        "schema": SCHEMA,
-        "tool": {"name": "shmspec", "version": shmspec.__version__},
-        "command": "check",
+        **header(SCHEMA, "check"),
         "target": result.target,
         "target_source": target_source,
         "model_profile": result.model_profile,
@@ -269,13 +268,19 @@ def save_console_html(path: Path, renderables: list[Any], width: int) -> Path:
     """Print ``renderables`` on a recording console ``width`` columns wide and
     save rich's HTML export of it at ``path`` (``mutants.html``,
     ``matrix.html``); return ``path``."""
+    path.write_text(record_html(lambda rec: [rec.print(r) for r in renderables], width, inline_styles=False))
+    return path
+
+
+def record_html(render: Callable[[Console], Any], width: int = 140, inline_styles: bool = True) -> str:
+    """The one recording console: ``render(console)`` on a console ``width``
+    columns wide that writes nothing, and rich's HTML export of what it
+    printed (report.html, model.html, matrix.html, mutants.html)."""
     import io
 
-    rec = Console(record=True, width=width, file=io.StringIO())
-    for r in renderables:
-        rec.print(r)
-    rec.save_html(str(path))
-    return path
+    rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False)
+    render(rec)
+    return rec.export_html(inline_styles=inline_styles)
 
 
 def write_report(result: GateResult, report_dir: Path, started: str | None = None,
@@ -286,10 +291,7 @@ def write_report(result: GateResult, report_dir: Path, started: str | None = Non
     started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     data = report_json(result, started, target_source)
     (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    rec = Console(record=True, width=140, file=open("/dev/null", "w"), force_terminal=False)  # noqa: SIM115
-    render_console(rec, result, report_dir)
-    (report_dir / "report.html").write_text(rec.export_html(inline_styles=True))
-    rec.file.close()
+    (report_dir / "report.html").write_text(record_html(lambda rec: render_console(rec, result, report_dir)))
     if result.violations:
         (report_dir / "repro_test.py").write_text(repro_source(result, target_source))
     return report_dir

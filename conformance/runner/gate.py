@@ -722,6 +722,6 @@ def _excuse(config: SessionConfig, exc: PropertyViolation) -> SessionConfig:
     return replace(config, excused=config.excused | {exc.prop})
 
 
-_config_json = config_to_json  # its name here before 2026-12-02
+_config_json = config_to_json  # its name here before the layered packages (9a6edc8, 2026-12-01)
 
 __all__ = ["ALL_PROPERTIES", "CONCURRENCY_MODES", "CONTROLLED", "DESCRIPTIONS", "GATE_PROFILES", "PREEMPTION", "GateResult", "Violation", "run_gate", "config_from_json"]
