@@ -43,8 +43,8 @@ class TlcError(ShmspecError, RuntimeError):
 
 
 def default_tla_dir() -> Path:
-    """The repository's ``tla/`` folder (next to ``conformance/``)."""
-    return Path(__file__).resolve().parent.parent / "tla"
+    """The repository's ``tla/`` folder (next to ``conformance/``, two levels above this module)."""
+    return Path(__file__).resolve().parents[2] / "tla"
 
 
 def find_jar() -> Path:
