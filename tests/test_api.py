@@ -82,6 +82,7 @@ def test_check_rejects_a_target_that_does_not_load():
         shmspec.check("file:/nonexistent/store.py", concurrency="off")
 
 
+@pytest.mark.slow
 def test_check_passes_impl_and_writes_the_report(tmp_path):
     result = shmspec.check("impl", concurrency="off", report_dir=tmp_path)
     assert isinstance(result, shmspec.GateResult)
@@ -97,6 +98,7 @@ def fault_run(tmp_path_factory):
     return shmspec.check(f"file:{FAULT}", concurrency="off", report_dir=d), d
 
 
+@pytest.mark.slow
 def test_check_finds_a_seeded_fault_and_replay_reproduces_it(fault_run):
     result, d = fault_run
     assert result.verdict == "fail"
@@ -122,6 +124,7 @@ def _pytest(path: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600, cwd=path.parent)
 
 
+@pytest.mark.slow
 def test_a_new_repro_imports_only_the_public_api_and_fails_on_the_fault(fault_run):
     _, d = fault_run
     src = (d / "repro_test.py").read_text()
@@ -131,6 +134,7 @@ def test_a_new_repro_imports_only_the_public_api_and_fails_on_the_fault(fault_ru
     assert "still violated" in p.stdout
 
 
+@pytest.mark.slow
 def test_a_repro_written_before_the_layered_packages_still_runs(tmp_path):
     """tests/corpus/repro_0ca4a0f.py is what the landed main (0ca4a0f) wrote:
     it imports the flat paths.  Its target (impl) no longer violates anything:

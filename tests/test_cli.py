@@ -107,6 +107,7 @@ def test_vllm_version_before_the_store():
     assert "predates" in one_line_error(p)
 
 
+@pytest.mark.slow
 def test_gate_passes_on_impl_ci_profile(tmp_path):
     """The README's gate command, in-process: exit 0 and a complete report."""
     rep = tmp_path / "report"
@@ -154,6 +155,7 @@ def test_bad_concurrency_mode():
     assert "--concurrency" in one_line_error(p)
 
 
+@pytest.mark.slow
 def test_sigterm_stops_workers_and_removes_segments(tmp_path):
     """A cancelled CI job (SIGTERM to the gate) leaves no process and no segment."""
     import signal

@@ -9,6 +9,8 @@ from __future__ import annotations
 from dataclasses import replace
 from pathlib import Path
 
+import pytest
+
 from shmspec.conformance.runner.gate import run_gate
 from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.lockstep.machine import CAMPAIGNS
@@ -29,12 +31,14 @@ def test_strict_target_declares_and_keeps_the_strict_contract():
     assert _clr(target) == "pass"
 
 
+@pytest.mark.slow
 def test_draining_impl_fails_the_strict_contract_and_passes_its_own():
     impl = load_target("impl")
     assert impl.profile is IMPL and _clr(impl) == "pass"
     assert _clr(replace(impl, profile=IMPL_STRICT)) == "fail"
 
 
+@pytest.mark.slow
 def test_strict_target_fails_the_exact_drain_model():
     """Judged by impl's exact drain model, a store that never drains diverges
     (CONFORMANCE): the model expects the pre-clear handle's own object."""

@@ -110,6 +110,7 @@ def test_a_target_pickles_as_its_spec_and_profile():
     assert again.module is not fault.module and again.module.__doc__ == fault.module.__doc__
 
 
+@pytest.mark.slow
 def test_spawned_readers_run_the_sweep_and_the_free_load():
     """Readers spawned (fresh interpreters) and the writer forked: impl passes
     the preemption sweep and a free-running load; the fault whose writer skips

@@ -25,6 +25,7 @@ def _controlled(spec):
     return result
 
 
+@pytest.mark.slow
 def test_impl_keeps_every_promise_in_controlled_schedules():
     result = _controlled("impl")
     assert {"PROM", "PROG"} <= set(result.campaigns[0].checks) and {"PROM", "PROG"} <= CONTROLLED_CHECKS

@@ -22,6 +22,7 @@ def _findings(result):
     return [(v.property, v.campaign) for v in result.violations]
 
 
+@pytest.mark.slow
 def test_impl_same_verdicts_every_run():
     runs = _runs("impl", CAMPAIGNS)
     assert all(r.verdict == "pass" for r in runs)
@@ -30,6 +31,7 @@ def test_impl_same_verdicts_every_run():
         [c.steps for c in runs[2].campaigns]  # the same exploration, step for step
 
 
+@pytest.mark.slow
 def test_vllm_same_findings_every_run():
     chosen = tuple(c for c in CAMPAIGNS if c.name in ("core", "stale", "protocol", "exc"))
     runs = _runs("vllm==0.33.0", chosen)

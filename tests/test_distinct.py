@@ -6,6 +6,8 @@ from __future__ import annotations
 
 
 
+import pytest
+
 from shmspec.conformance.runner import gate
 from shmspec.conformance.lockstep.machine import CAMPAIGNS
 from shmspec.conformance.runner.replay import replay
@@ -40,6 +42,7 @@ def test_conformance_keeps_its_own_excusal():
     assert f.excuse(SessionConfig(), pv).excused == {"CONFORMANCE@get"}
 
 
+@pytest.mark.slow
 def test_a_second_nrr_cause_behind_the_first():
     """vLLM 0.15.0: NRR through a cleared handle (ids reset by clear()) is
     found first; the forged chunk inside a payload (a stale handle reading a
@@ -56,6 +59,7 @@ def test_a_second_nrr_cause_behind_the_first():
         assert replay("vllm==0.15.0", v.calls(), v.config).startswith("NRR"), v.message
 
 
+@pytest.mark.slow
 def test_the_budget_is_zero_when_asked_for_first_findings_only():
     target = load_or_skip("vllm==0.15.0")
     campaigns = tuple(c for c in CAMPAIGNS if c.name in ("stale", "adversarial"))

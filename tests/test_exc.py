@@ -46,6 +46,7 @@ def test_impl_interrupted_at_each_point_is_as_before_or_after(op, at):
         s.close()
 
 
+@pytest.mark.slow
 def test_the_non_exception_safe_put_is_caught_as_exc():
     target = load_file(MUTANTS_DIR / "put_not_exception_safe.py")
     result = run_gate(target, "ci", campaigns=EXC, concurrency="off", first_finding_only=True)

@@ -37,6 +37,7 @@ def test_mid_get_kill_reaches_the_pin_the_writer_must_pass():
     assert res.findings == []
 
 
+@pytest.mark.slow
 def test_vllm_reader_killed_in_the_lock_hangs_the_others():
     res = _campaign("vllm==0.33.0")
     assert res.completed
@@ -48,6 +49,7 @@ def test_vllm_reader_killed_in_the_lock_hangs_the_others():
     assert replay_fault("vllm==0.33.0", live[0].config, "LIVE").startswith("LIVE: reader r2's get")
 
 
+@pytest.mark.slow
 def test_seeded_fault_dead_pin_waited_is_caught():
     res = _campaign(f"file:{MUTANTS_DIR / 'dead_pin_waited.py'}")
     live = [v for v in res.violations if v.property == "LIVE"]

@@ -38,6 +38,7 @@ def test_payload_tags_round_trip():
     assert value_of(Garbage(b"\x00" * 9)).startswith("Garbage(")
 
 
+@pytest.mark.slow
 def test_impl_passes_free_run():
     t0 = time.monotonic()
     res = run_free(load_target("impl"), free_config(2), 2.0, 2, seed=0)
@@ -58,6 +59,7 @@ def test_impl_passes_free_run():
     print(f"\n[free] impl 2 readers: {res.ops_per_second:.0f} ops/s {res.per_process}")
 
 
+@pytest.mark.slow
 def test_deserialize_in_place_is_caught():
     target = load_file(VARIANTS_DIR / "deserialize_in_place.py")
     res = run_free(target, free_config(2), 2.0, 2, seed=0)
@@ -116,6 +118,7 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
 '''
 
 
+@pytest.mark.slow
 def test_a_hanging_reader_is_a_clear_error_and_nothing_is_left_behind(tmp_path):
     path = tmp_path / "hanging_reader.py"
     path.write_text(HANGING_READER)
@@ -127,6 +130,7 @@ def test_a_hanging_reader_is_a_clear_error_and_nothing_is_left_behind(tmp_path):
     assert multiprocess.active_children() == []
 
 
+@pytest.mark.slow
 def test_free_rates():
     rates = free_rates(load_target("impl"), (2, 4), seconds=0.5)
     assert set(rates) == {2, 4} and all(r > 0 for r in rates.values())

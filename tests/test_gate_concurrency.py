@@ -27,6 +27,7 @@ def _controlled(target):
     return run_gate(target, "ci", campaigns=(CONTROLLED,), concurrency="off", first_finding_only=True)
 
 
+@pytest.mark.slow
 def test_impl_passes_controlled_campaign():
     result = _controlled(load_target("impl"))
     (c,) = result.campaigns
@@ -42,6 +43,7 @@ def test_impl_passes_controlled_campaign():
     ("count_before_validate.py", "RC", "counted on the wrong chunk"),
     pytest.param("deserialize_in_place.py", "NRR", "deserialized", marks=pytest.mark.slow),
 ])
+@pytest.mark.slow
 def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_path):
     target = load_file(VARIANTS_DIR / variant)
     result = _controlled(target)
@@ -67,6 +69,7 @@ def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_p
     assert replay_schedule("impl", v.calls(), v.config) is None
 
 
+@pytest.mark.slow
 def test_free_running_campaign_impl_passes_and_reports_rates():
     result = run_gate(load_target("impl"), "ci", campaigns=(), concurrency="free")
     # free mode runs the faults, sw and constructions campaigns after the free-running one
@@ -84,6 +87,7 @@ def test_free_running_campaign_impl_passes_and_reports_rates():
     assert multiprocess.active_children() == []
 
 
+@pytest.mark.slow
 def test_free_running_campaign_reports_history_in_lanes(tmp_path):
     target = load_file(VARIANTS_DIR / "deserialize_in_place.py")
     result = run_gate(target, "ci", campaigns=(), concurrency="free")

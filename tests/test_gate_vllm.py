@@ -41,6 +41,7 @@ def _gate(spec, tmp_path):
     ("vllm==0.33.0", {"NRR", "CLR", "EXC", "PROM", "CONFORMANCE"}, set(), ("DUP", "LOCK", "SIZE", "FIFO", "DISJ", "WRAP", "LEAK")),
     ("vllm==0.11.0", {"NRR", "CLR", "EXC", "CONFORMANCE"}, {"AUTH"}, ("DUP", "LOCK", "SIZE", "FIFO", "WRAP", "LEAK")),
 ])
+@pytest.mark.slow
 def test_gate_finds_vllm_defects(spec, failing, not_checked, holding, tmp_path):
     code, data, rep = _gate(spec, tmp_path)
     assert code == 1 and data["verdict"] == "fail"

@@ -332,6 +332,7 @@ def test_reader_handle_bytes_agrees_with_fields_then_bytes(name):
 @given(secret=st.binary(min_size=1, max_size=100), key=st.text(max_size=40),
        address=st.integers(0, 2**64 - 1), monotonic_id=st.integers(0, 2**31 - 1),
        gen=st.integers(0, 2**64 - 1))
+@pytest.mark.slow
 @settings(max_examples=300, deadline=None)
 def test_signer_signs_the_bytes_make_signature_does(secret, key, address, monotonic_id, gen):
     signer = signing.Signer(secret)

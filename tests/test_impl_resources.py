@@ -335,6 +335,7 @@ def check_writer_consistent(w) -> list[str]:
     return problems
 
 
+@pytest.mark.slow
 def test_two_threads_hammering_one_writer_stay_consistent(stores):
     """Two threads use one writer at once for 3 s (puts of 48 random keys,
     get_cached, get_signature, touch, release_touches, free_unused, and a

@@ -382,6 +382,7 @@ def tiny_gate(tmp_path, monkeypatch):
     monkeypatch.setattr(matrix, "GATE_COMMAND", [sys.executable, str(script)])
 
 
+@pytest.mark.slow
 def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
     index.publish({
         "0.32.0": {whl("0.32.0"): wheel(CONTROL, filler=1 << 14)},
@@ -435,6 +436,7 @@ def test_matrix_end_to_end(index, tiny_gate, tmp_path, capsys):
     ("file:" + str(MUTANTS_DIR / "dup_overwrite.py"), 1, "fail"),
     ("file:/nonexistent/store.py", 2, "error"),
 ])
+@pytest.mark.slow
 def test_matrix_exit_status_follows_impl(index, tiny_gate, tmp_path, monkeypatch, capsys, impl_as, expected, verdict):
     index.publish({"0.33.0": {whl("0.33.0"): wheel(CONTROL, filler=1 << 14)}})
     monkeypatch.setenv("MX_IMPL_AS", impl_as)

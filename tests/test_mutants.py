@@ -89,6 +89,7 @@ def test_only_keeps_the_order_and_rejects_unknown_names():
         faults(["nope"])
 
 
+@pytest.mark.slow
 def test_reduced_run_catches_fast_faults_and_writes_mutants_json(tmp_path):
     res = mutation.run_mutants(faults(FAST), "tiny", report_dir=tmp_path, campaigns=CORE, concurrency="off")
     path = mutation.write_json(res, tmp_path)
@@ -110,6 +111,7 @@ def test_reduced_run_catches_fast_faults_and_writes_mutants_json(tmp_path):
     assert data["median_seconds_to_detection"] <= data["worst_seconds_to_detection"]
 
 
+@pytest.mark.slow
 def test_isolated_run_streams_progress_and_matches_in_process(tmp_path):
     """What the CLI does: the fault's gate in a spawned process, the reduced
     profile and campaigns passed along; same row as in this process."""
@@ -136,6 +138,7 @@ def test_the_unmodified_control_is_not_caught(tmp_path):
     assert row["caught_by"] is None and row["seconds_to_detection"] is None
 
 
+@pytest.mark.slow
 def test_detection_is_before_shrinking_and_counts_gate_steps():
     target = load_file(MUTANTS_DIR / "dup_overwrite.py")
     result = run_gate(target, "tiny", campaigns=CORE, concurrency="off", first_finding_only=True)
@@ -145,6 +148,7 @@ def test_detection_is_before_shrinking_and_counts_gate_steps():
     assert v.detected_steps >= len([s for s in v.steps if s["action"] != "attach_reader"])
 
 
+@pytest.mark.slow
 def test_cli_mutants_exit_status_and_table(tmp_path, monkeypatch, capsys):
     _narrow(monkeypatch)
     rc = cli.main(["mutants", "--only", "dup_overwrite,leaky_close", "--report-dir", str(tmp_path)])

@@ -58,6 +58,7 @@ def test_every_fault_has_a_counterexample():
     assert not stray, f"corpus entries for faults that no longer exist: {stray}"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fault", FAULTS, ids=[f.name for f in FAULTS])
 def test_counterexample_replays_on_the_fault_and_not_on_impl(fault):
     path = CORPUS / f"{fault.name}.json"

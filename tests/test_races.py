@@ -95,6 +95,7 @@ def test_preemption_catches_narrow_race(fault, prop, point):
     assert replay_schedule("impl", v.calls(), v.config) is None
 
 
+@pytest.mark.slow
 def test_gate_runs_the_sweep_before_the_drawn_schedules():
     result = run_gate(load_target("impl"), "ci", campaigns=(), concurrency="controlled", first_finding_only=True)
     assert [c.name for c in result.campaigns] == ["preemption", "controlled", "faults", "sw", "constructions"]

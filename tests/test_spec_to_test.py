@@ -25,7 +25,8 @@ from shmspec.conformance.concurrency.procs import ProcessPool
 from shmspec.conformance.spec.spectrace import Behaviour, Observation, behaviour_of, departs_first, replay_on_target
 from shmspec.conformance.spec.tlc import default_tla_dir, read_config, run_tlc
 
-pytestmark = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+pytestmark = [pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"),
+              pytest.mark.slow]  # every test here needs the TLC state graph of MC_impl_reread (about a minute)
 
 CONFIG = default_tla_dir() / "MC_impl_reread.cfg"
 N = spectests.BEHAVIOURS

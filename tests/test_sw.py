@@ -22,6 +22,7 @@ def _campaign(spec, writer_lock=False):
     return run_campaign(spec, gate.SW_CAMPAIGN, writer_lock)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("writer_lock", [False, True], ids=["vllm-construction", "writer-lock"])
 def test_impl_serializes_two_writer_threads(writer_lock):
     res = _campaign("impl", writer_lock)

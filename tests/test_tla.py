@@ -30,6 +30,7 @@ def outcomes():
     return {o.config.name: o for o in modelcheck.run()}
 
 
+@pytest.mark.slow
 @java
 def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcomes):
     outcomes = {n: o for n, o in outcomes.items() if not o.config.properties}  # the safety configs
@@ -56,6 +57,7 @@ def test_every_small_config_does_what_it_states_and_agrees_with_the_model(outcom
         "MC_vllm.cfg": (42842, 136944), "MC_vllm_old.cfg": (49812, 158753), "MC_vllm_reread.cfg": (7713, 19547)}
 
 
+@pytest.mark.slow
 @java
 def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(outcomes):
     """PROG as a TLA+ liveness property (PROGLive under FairSpec: weak
@@ -78,6 +80,7 @@ def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(ou
         assert "stays in the ring for ever" in v.message and "never finishes" in v.message, v.message
 
 
+@pytest.mark.slow
 @java
 def test_impl_faults_break_nrr_where_the_pin_protocol_says(outcomes):
     """The must-fail configs: without the reader's fence, or without the
@@ -101,6 +104,7 @@ def test_impl_faults_break_nrr_where_the_pin_protocol_says(outcomes):
         assert "never started one" in cex["PROM"][0].message
 
 
+@pytest.mark.slow
 @java
 def test_an_unfenced_writer_breaks_nrr_for_a_drain_read(outcomes):
     """Without the writer's fence between its drain store and its pin scan
@@ -128,6 +132,7 @@ def test_an_unfenced_writer_breaks_nrr_for_a_drain_read(outcomes):
     assert replay_trace(fenced, o.check.found["NRR"].trace).model_departs is not None
 
 
+@pytest.mark.slow
 @java
 def test_counterexamples_replay_on_the_model_and_render_as_lanes(outcomes, tmp_path):
     o = outcomes["MC_vllm_old.cfg"]
@@ -148,6 +153,7 @@ def test_counterexamples_replay_on_the_model_and_render_as_lanes(outcomes, tmp_p
     assert "payload_read" in html and "reader_check" in html and "spec steps" in html
 
 
+@pytest.mark.slow
 @java
 def test_a_model_that_departs_is_named(outcomes):
     """Replaying a trace on a model with a different protocol: the first step
@@ -165,6 +171,7 @@ def test_a_model_that_departs_is_named(outcomes):
     assert replay.model_departs is not None
 
 
+@pytest.mark.slow
 @java
 def test_a_wrong_expectation_fails(tmp_path):
     """A config that claims NRR holds for the vLLM protocol makes `shmspec model` exit 1."""
@@ -177,6 +184,7 @@ def test_a_wrong_expectation_fails(tmp_path):
     assert data["configs"][0]["status"] == "violation"
 
 
+@pytest.mark.slow
 @java
 def test_agreement_catches_a_spec_that_differs_from_the_model(tmp_path):
     """A spec whose clear() forgets to reset start: TLC's states and the model's differ."""
@@ -257,6 +265,7 @@ def test_tla_values_parse_into_python():
             parse_value(bad)
 
 
+@pytest.mark.slow
 def test_the_model_alone_finds_the_vllm_race_and_not_impls():
     """Without TLC: the atomic model's own search breaks NRR under vLLM's
     reader protocol with a re-reading client, and nothing under impl's."""
@@ -269,6 +278,7 @@ def test_the_model_alone_finds_the_vllm_race_and_not_impls():
     assert s.got[0] not in (atomic.NO_OBJ, s.hd[0][3])
 
 
+@pytest.mark.slow
 @java
 def test_run_tlc_times_the_search_and_stops_at_its_timeout():
     res = tlc.run_tlc(tlc.default_tla_dir() / "MC_impl_reread.cfg")

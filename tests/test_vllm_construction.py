@@ -114,6 +114,7 @@ def _assert_clean_run(res: dict, where: str) -> None:
     assert all(r["gets"] > 0 for r in res["per_reader"]), info
 
 
+@pytest.mark.slow
 def test_vllm_construction_no_wrong_objects(hard_limit):
     ring_cls, storage_cls, where = _store()
     seconds = _seconds()
@@ -145,6 +146,7 @@ class _DamagingSerde(StressSerde):
         return value
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hard_limit", [3], indirect=True)
 def test_stress_checker_sees_damaged_objects(hard_limit):
     """The checker itself: a serde that damages values must show up as wrong
@@ -164,6 +166,7 @@ def test_stress_checker_sees_damaged_objects(hard_limit):
 @pytest.mark.parametrize("readers,start_method,writer_lock", [
     (1, "fork", False), (8, "fork", False), (2, "spawn", False), (2, "fork", True),
 ], ids=["1-reader", "8-readers", "spawned", "writer-lock"])
+@pytest.mark.slow
 def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method, writer_lock):
     """The same load, shorter, in the other constructions users deploy: one
     reader, eight, readers started by spawn, and a writer given the readers'
@@ -181,6 +184,7 @@ def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method,
 LANDED_READ_PATH = Path(__file__).resolve().parents[1] / "conformance" / "mutants" / "inband_count_unfenced.py"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("hard_limit", [15], indirect=True)
 def test_the_landed_read_path_returns_wrong_objects(hard_limit):
     """The reproducer finds the bug it is for: the seeded fault
