@@ -54,7 +54,7 @@ class Property:
 
 CHECKERS: dict[str, str] = {
     "lockstep": "shmspec.conformance.lockstep.session:Session.execute",
-    "boundary": "shmspec.conformance.proofs.boundary:programs",
+    "boundary": "shmspec.conformance.proofs.boundary:run_program",
     "controlled": "shmspec.conformance.concurrency.schedule:ScheduledSession.execute",
     "free": "shmspec.conformance.concurrency.history:check_history",
     "faults": "shmspec.conformance.concurrency.faults:run_scenario",
@@ -64,9 +64,12 @@ CHECKERS: dict[str, str] = {
 }
 """Checker -> where it judges a property (``module:qualname``, or a file of
 the repository): the lockstep session (model and target step by step, the
-Hypothesis campaigns and replays), the z3 boundary programs (run in
-lockstep), the controlled schedules and preemption sweep of real processes,
-the free-running load's linearizability check, the process-fault scenarios,
+Hypothesis campaigns and replays), the z3 boundary programs (planned by
+``boundary.programs``, run in lockstep by ``run_program`` and on real
+processes by ``run_program_scheduled``, both through the sessions' checks),
+the controlled schedules and the preemption sweep of real processes (both
+``ScheduledSession``: the preemption campaign counts as "controlled"), the
+free-running load's linearizability check, the process-fault scenarios,
 the two-thread writer schedules, TLC on the TLA+ spec, and the z3
 obligations over the model's ring arithmetic.  Findings of every checker are
 rendered by ``shmspec.conformance.reporting.report:violation_panel``."""

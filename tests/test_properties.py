@@ -114,3 +114,18 @@ def test_the_properties_command_shows_where_a_property_is_checked(capsys):
     assert "18 properties" in capsys.readouterr().out
     assert main(["properties", "NOPE"]) == 2
     assert "unknown property NOPE" in capsys.readouterr().err
+
+
+def test_the_readme_table_states_each_property_as_the_registry_does():
+    """README's property table: one row per property, each starting with the
+    registry's statement (backticks aside, after an optional name such as
+    "no recycled read: "); a note may follow."""
+    rows = {}
+    for line in (ROOT / "README.md").read_text().splitlines():
+        m = re.match(r"\| ([A-Z]+) \| (.*) \|$", line.strip())
+        if m and m.group(1) in P.BY_ID:
+            rows[m.group(1)] = m.group(2).replace("`", "")
+    assert list(rows) == [p.id for p in P.PROPERTIES]
+    for p in P.PROPERTIES:
+        row = rows[p.id]
+        assert row.startswith(p.statement) or re.sub(r"^[a-z ]+: ", "", row).startswith(p.statement), p.id
