@@ -194,7 +194,8 @@ def rc(before: State, freed: list[Chunk]) -> list[str]:
     """RC: every freed chunk was free by the reclaim predicate before the step."""
     def counts(c: Chunk) -> str:
         if before.profile.per_reader:
-            return f"reads per reader {dict(c.reads)} < writer_count {c.writer_count}"
+            short = [f"{r} {n}" for r, n in sorted(dict(c.reads).items()) if n < c.writer_count]
+            return f"reads per reader {dict(c.reads)} ({', '.join(short) or 'none'} < writer_count {c.writer_count})"
         return f"reader_count {c.reader_count} < writer_count {c.writer_count} x n_readers {before.n_readers}"
 
     return [

@@ -103,7 +103,10 @@ class SnapChunk:
     def counts_text(self, n_readers: int) -> str:
         """The counts RC judged, for messages."""
         if self.reads is not None:
-            return f"reads per reader {list(self.reads)} < writer_count {self.writer_count}"
+            short = [f"slot {i + 1}: {n}" for i, n in enumerate(self.reads) if n < self.writer_count]
+            why = ", ".join(short) + f" < writer_count {self.writer_count}" if short else \
+                f"{len(self.reads)} slots for {n_readers} readers"
+            return f"reads per reader {list(self.reads)} ({why})"
         return f"reader_count {self.reader_count} < writer_count {self.writer_count} x n_readers {n_readers}"
 
     @property
