@@ -45,10 +45,15 @@ class _MovedLoader(importlib.abc.Loader):
         self.new = new
 
     def create_module(self, spec):
-        return importlib.import_module(self.new)
+        module = importlib.import_module(self.new)
+        self.own_spec = module.__spec__
+        return module
 
     def exec_module(self, module):
-        pass  # the module at its new path has run already
+        # the module at its new path has run already; the import system set
+        # its __spec__ to the alias's: give it back its own (reload, pickling
+        # by module spec and tracebacks name the new path)
+        module.__spec__ = self.own_spec
 
 
 class _MovedFinder(importlib.abc.MetaPathFinder):

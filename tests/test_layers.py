@@ -163,8 +163,9 @@ def test_old_flat_paths_are_the_modules_at_their_layer():
 
     from shmspec.conformance import MOVED
     for old, new in MOVED.items():
-        assert importlib.import_module(f"shmspec.conformance.{old}") is importlib.import_module(
-            f"shmspec.conformance.{new}"), old
+        module = importlib.import_module(f"shmspec.conformance.{old}")
+        assert module is importlib.import_module(f"shmspec.conformance.{new}"), old
+        assert module.__name__ == module.__spec__.name == f"shmspec.conformance.{new}", old
     from shmspec.conformance.faults import replay_fault  # noqa: F401 - the four a repro imports
     from shmspec.conformance.replay import replay, replay_free  # noqa: F401
     from shmspec.conformance.schedule import replay_schedule  # noqa: F401
