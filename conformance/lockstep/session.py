@@ -49,7 +49,8 @@ BAD_FIELDS = {
 
 
 SEVERITY = _SEVERITY
-"""Property ids, most severe first (``shmspec.model.properties.SEVERITY``)."""
+"""Property ids, most severe first (``shmspec.model.properties.SEVERITY``):
+when one step breaks several properties, the most severe is raised first."""
 
 INTERRUPT_POINTS: dict[str, tuple[str, ...]] = {
     "put": ("free_step", "pin_scan", "header_write", "payload_write", "publish"),
@@ -64,7 +65,6 @@ class InjectedInterrupt(BaseException):
     """Raised by the harness from a target's yield point (property EXC): a
     ``BaseException``, like ``KeyboardInterrupt``, so a store's ``except
     Exception`` does not swallow it."""
-"""When one step breaks several properties, the most severe is raised first."""
 
 
 class PropertyViolation(AssertionError):
