@@ -125,6 +125,16 @@ SEVERITY: tuple[str, ...] = tuple(p.id for p in sorted(PROPERTIES, key=lambda p:
 """Property ids, most severe first."""
 
 
+def nrr_message(who: str, verb: str, got: str, handle: str, holds: str, detail: str = "") -> str:
+    """NRR's one wording, used by every checker that finds it (lockstep and
+    scheduled sessions, the history check, the fault scenarios, TLC trace
+    replay): ``"{who} {verb} {got} for handle {handle}, which holds
+    {holds}{detail}"``; ``verb`` is ``returned`` (what a get gave back) or
+    ``deserialized`` (what a reader's serde was handed, seen before the get
+    returned)."""
+    return f"{who} {verb} {got} for handle {handle}, which holds {holds}{detail}"
+
+
 def by_severity(violations: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``(property, message)`` pairs, most severe property first (an unknown
     id last), each pair once, in a stable order."""

@@ -129,3 +129,18 @@ def test_the_readme_table_states_each_property_as_the_registry_does():
     for p in P.PROPERTIES:
         row = rows[p.id]
         assert row.startswith(p.statement) or re.sub(r"^[a-z ]+: ", "", row).startswith(p.statement), p.id
+
+
+def test_nrr_has_one_wording_for_every_checker():
+    """The lockstep and scheduled sessions, the history check, the fault
+    scenarios and TLC trace replay word an NRR finding through
+    ``nrr_message``; no checker spells the sentence itself."""
+    assert P.nrr_message("reader r1", "returned", "b'x'", "h1 (0, 0)", "b'y'", " (diff)") == \
+        "reader r1 returned b'x' for handle h1 (0, 0), which holds b'y' (diff)"
+    users = []
+    for f in (ROOT / "conformance").rglob("*.py"):
+        src = f.read_text()
+        assert "which holds" not in src and "put under it was" not in src, f
+        if "nrr_message(" in src:
+            users.append(f.stem)
+    assert sorted(users) == ["agreement", "faults", "history", "schedule", "session"]

@@ -36,6 +36,8 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from shmspec.model.properties import nrr_message
+
 from ..core import interrupt
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, ScheduleError, StepOutcome, _label, encode_value
@@ -149,9 +151,9 @@ class _Run:
             return False
         r = out.result
         if r["error"] is None and r["value"] != encode_value(Blob(data)):
-            self.finding("NRR", f"{_label(reader)}'s get of {h['key']} {(h['address'], h['id'])} returned "
-                                f"{_render(r['value'])}, not the object put under it, after {_label(self.killed)} "
-                                f"was killed {self.held}")
+            self.finding("NRR", nrr_message(f"{_label(reader)}'s get", "returned", _render(r["value"]),
+                                            f"{h['key']} {(h['address'], h['id'])}", _render(encode_value(Blob(data))),
+                                            f", after {_label(self.killed)} was killed {self.held}"))
         return True
 
 

@@ -54,6 +54,7 @@ from dataclasses import dataclass, field
 from typing import Any, Iterable, Sequence
 
 from shmspec.model.profile import Profile
+from shmspec.model.properties import nrr_message
 
 WRITER_ACTIONS = ("put", "clear", "free_unused")
 READ_MODES = ("once", "reread")
@@ -264,12 +265,12 @@ def _value_findings(part: Partition) -> tuple[list[Finding], set[int]]:
         where = f"{g.process} get({part.ref})"
         foreign = [d for d in g.deserialized if part.put is None or d != part.original]
         if g.ok and (part.put is None or g.result != part.original):
-            out.append(Finding("NRR", f"{where} returned {g.result!r}; put under it was "
-                                      f"{part.original!r}", part.ref, part.ops(), g))
+            out.append(Finding("NRR", nrr_message(f"{g.process}'s get", "returned", repr(g.result), part.ref,
+                                                  repr(part.original)), part.ref, part.ops(), g))
             blamed.add(id(g))
         elif foreign:
-            out.append(Finding("NRR", f"{where} deserialized {foreign[0]!r}; put under it was "
-                                      f"{part.original!r}", part.ref, part.ops(), g))
+            out.append(Finding("NRR", nrr_message(f"{g.process}'s get", "deserialized", repr(foreign[0]), part.ref,
+                                                  repr(part.original)), part.ref, part.ops(), g))
         if not g.ok and g.error != "StaleHandle":
             out.append(Finding("CONFORMANCE", f"{where} raised {g.error}, which the model never "
                                               "gives for a well-formed handle", part.ref, part.ops(), g))

@@ -38,7 +38,7 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from shmspec.model.properties import by_severity, disj, fifo
+from shmspec.model.properties import by_severity, disj, fifo, nrr_message
 from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
 from ..core import interrupt
@@ -237,8 +237,8 @@ class ScheduledSession:
         self.seen_deserialized[proc] = 0 if out.result is not None else len(out.deserialized)
         r = self.ref(args["ref"])
         want = {"blob": r.data.hex()}
-        return [("NRR", f"reader {proc} deserialized {_render_value(d)} for handle {r.ref} "
-                        f"({r.address}, {r.id}), which holds {Blob(r.data)!r}{difference(_decode(d), r.data)}")
+        return [("NRR", nrr_message(f"reader {proc}", "deserialized", _render_value(d), f"{r.ref} ({r.address}, {r.id})",
+                                    repr(Blob(r.data)), difference(_decode(d), r.data)))
                 for d in new if d != want]
 
     def _finished(self, proc: str, action: str, args: dict, out: StepOutcome) -> list[tuple[str, str]]:
@@ -254,9 +254,9 @@ class ScheduledSession:
             want = {"blob": r.data.hex()}
             if res["error"] is None:
                 if res["value"] != want:
-                    v.append(("NRR", f"reader {proc} returned {_render_value(res['value'])} for handle {r.ref} "
-                                     f"({r.address}, {r.id}), which holds {Blob(r.data)!r}"
-                                     f"{difference(_decode(res['value']), r.data)}"))
+                    v.append(("NRR", nrr_message(f"reader {proc}", "returned", _render_value(res["value"]),
+                                                 f"{r.ref} ({r.address}, {r.id})", repr(Blob(r.data)),
+                                                 difference(_decode(res["value"]), r.data))))
                 elif r.epoch < self.get_epoch.get(proc, 0) and self.target.profile.clr != "drain":
                     v.append(("CLR", f"handle {r.ref} issued before a clear() resolved in a get started after it"))
                 else:

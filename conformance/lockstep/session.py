@@ -24,7 +24,7 @@ from typing import Any
 from shmspec.model import ring as model_ring
 from shmspec.model import store as M
 from shmspec.model.properties import SEVERITY as _SEVERITY
-from shmspec.model.properties import by_severity, check_state, check_transition, disj, fifo, wrap
+from shmspec.model.properties import by_severity, check_state, check_transition, disj, fifo, nrr_message, wrap
 from shmspec.model.errors import OutOfSpace
 from shmspec.model.ring import ID_MAX
 
@@ -568,14 +568,15 @@ class Session:
                 return []  # CLR, vLLM's drain contract: a pre-clear handle may read its own object
             v = [("CLR", f"handle {r.ref} {(r.address, r.id)} issued before clear() resolved afterwards to {got}")]
             if obs.value != original:
-                v.append(("NRR", f"get of {r.ref} {(r.address, r.id)} (cleared) returned {got}; put under it was "
-                                 f"{render(r.data)}{serde.difference(obs.value, r.data)}"))
+                v.append(("NRR", nrr_message(f"{call.process}'s get (cleared)", "returned", got,
+                                             f"{r.ref} {(r.address, r.id)}", render(r.data),
+                                             serde.difference(obs.value, r.data))))
             return v
         if obs.value == original:
             return []
         state = "live" if self.is_live(r) else f"not live: {exp.error}"
-        return [("NRR", f"get of {r.ref} {(r.address, r.id)} ({state}) returned {got}; put under it was "
-                        f"{render(r.data)}{serde.difference(obs.value, r.data)}")]
+        return [("NRR", nrr_message(f"{call.process}'s get ({state})", "returned", got, f"{r.ref} {(r.address, r.id)}",
+                                    render(r.data), serde.difference(obs.value, r.data)))]
 
     def _do_touch(self, call: Call):
         if call.process == M.WRITER:

@@ -29,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from shmspec.model import atomic
+from shmspec.model.properties import nrr_message
 from shmspec.model.atomic import GARBAGE, NO_OBJ, Config, State
 from ..core.results import Violation
 from .tlavalue import parse_dump, parse_value
@@ -248,7 +249,7 @@ def _observed(cfg: Config, before: State, after: State, step: atomic.Step | None
 
 
 MESSAGES = {
-    "NRR": "a reader deserialized {got} for handle {h}, which holds {want}",
+    "NRR": nrr_message("a reader", "deserialized", "{got}", "{h}", "{want}"),
     "CLR": "a get that started after clear() deserialized {got} for handle {h}, issued before that clear",
     "CLR-reused": "reader {r} resolves handle {h}, issued before clear(), while allocation {c} put since covers its bytes",
     "RC": "a live chunk's reader_count exceeds the gets started on it",
