@@ -22,10 +22,6 @@ ones; nothing else in the directory is touched.  Exit status: :func:`exit_status
 
 from __future__ import annotations
 
-from ..core.documents import header
-
-from ..core.errors import ExitCode
-
 import datetime as _dt
 import hashlib
 import json
@@ -44,9 +40,11 @@ from rich.table import Table
 from rich.text import Text
 
 from shmspec.model.profile import profile_for_vllm
-from ..core.results import ALL_PROPERTIES
 
 from ..core.constructions import Construction
+from ..core.documents import header
+from ..core.errors import ExitCode
+from ..core.results import ALL_PROPERTIES
 from ..targets.loader import NoStoreFile, TargetError, fetch_store, index_releases, index_url
 
 SCHEMA = "shmspec.matrix/1"

@@ -20,8 +20,6 @@ For each config (``tla/MC*.cfg``, or ``tla/deep/MC*.cfg`` with ``deep``):
 
 from __future__ import annotations
 
-from ..core.documents import header
-
 import json
 import tempfile
 from dataclasses import dataclass, field
@@ -31,9 +29,10 @@ from typing import TYPE_CHECKING, Any, Callable
 from rich.console import Console
 from rich.table import Table
 
-from ..spec.agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
+from ..core.documents import header
 from ..core.results import Violation
 from ..reporting.report import record_html, violation_panel
+from ..spec.agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
 from ..spec.tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
 
 if TYPE_CHECKING:  # the process harness is imported only when a target is replayed

@@ -24,10 +24,6 @@ own gate report going to ``<report dir>/<fault name>/``.
 
 from __future__ import annotations
 
-from ..core.documents import header
-
-from ..core.errors import ExitCode
-
 import statistics
 import time
 from dataclasses import dataclass, field
@@ -36,11 +32,12 @@ from typing import Any, Callable
 
 from rich.table import Table
 
-
-from ..runner.gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate, seed_only
-from ..targets.loader import load_file
+from ..core.documents import header
+from ..core.errors import ExitCode
 from ..mutants import Fault
 from ..reporting.report import save_console_html, write_report
+from ..runner.gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate, seed_only
+from ..targets.loader import load_file
 
 SCHEMA = "shmspec.mutants/1"
 

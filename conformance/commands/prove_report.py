@@ -8,22 +8,20 @@ state and the step that breaks the claim.
 
 from __future__ import annotations
 
-from ..core.documents import header
-
-from ..core.errors import ExitCode
-
 import datetime as _dt
 import json
 import time
 from pathlib import Path
+
 from rich import box
 from rich.console import Console
 from rich.table import Table
 from rich.text import Text
 
-
 from shmspec.model.profile import PROFILES
 
+from ..core.documents import header
+from ..core.errors import ExitCode
 from ..core.results import Violation
 from ..proofs.prove import DEFAULT_CHUNKS, OBLIGATIONS, ObligationResult, prove_all
 

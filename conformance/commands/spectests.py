@@ -28,8 +28,6 @@ worker).
 
 from __future__ import annotations
 
-from ..core.errors import ExitCode
-
 import json
 import random
 import re
@@ -45,12 +43,13 @@ from typing import Any
 from shmspec.model import atomic
 from shmspec.model.atomic import WRITER, Config, State, Step
 
-from ..spec.agreement import abstract, model_config
-from ..targets.loader import LoadedTarget
 from ..concurrency.procs import ProcessPool
+from ..core.errors import ExitCode
+from ..spec.agreement import abstract, model_config
 from ..spec.spectrace import ACTION_NAMES, Behaviour, TargetReplay, replay_on_target
 from ..spec.tlavalue import parse_state
 from ..spec.tlc import ConfigFile, TlcError, find_jar, read_config
+from ..targets.loader import LoadedTarget
 
 SCHEMA = "shmspec.spectests/1"
 BEHAVIOURS = 40

@@ -39,9 +39,9 @@ from typing import Any
 from shmspec.model.properties import nrr_message
 
 from ..core import interrupt
+from ..core.serde import Blob
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, ScheduleError, StepOutcome, _label, encode_value
-from ..core.serde import Blob
 
 LIVE_BOUND = 5.0
 """Seconds an operation of a live process may take after another process was

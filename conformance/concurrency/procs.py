@@ -36,9 +36,6 @@ does not warn about it when the controller exits).
 
 from __future__ import annotations
 
-from ..core.constructions import START_METHODS as _START_METHODS
-from ..core.errors import ShmspecError
-
 import contextlib
 import dataclasses
 import os
@@ -54,10 +51,12 @@ import multiprocess
 
 from shmspec.impl import yieldpoints
 
-from ..targets.adapter import (SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists, segment_names, warp,
-                      warp_counts)
-from ..targets.loader import LoadedTarget
+from ..core.constructions import START_METHODS as _START_METHODS
+from ..core.errors import ShmspecError
 from ..core.serde import Blob, Garbage, HarnessSerde
+from ..targets.adapter import (SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists,
+                              segment_names, warp, warp_counts)
+from ..targets.loader import LoadedTarget
 
 STEP_TIMEOUT = 5.0
 """Seconds the controller waits for a process to reach its next yield point."""

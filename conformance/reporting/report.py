@@ -8,8 +8,6 @@ All terminal and HTML rendering is rich's.
 
 from __future__ import annotations
 
-from ..core.documents import header
-
 import datetime as _dt
 import json
 import re
@@ -22,9 +20,10 @@ from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
 
-
-from ..core.results import ALL_PROPERTIES, GateResult, Violation
 from shmspec.model.properties import DESCRIPTIONS
+
+from ..core.documents import header
+from ..core.results import ALL_PROPERTIES, GateResult, Violation
 
 SCHEMA = "shmspec.report/1"
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",

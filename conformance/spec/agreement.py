@@ -29,8 +29,9 @@ from pathlib import Path
 from typing import Any
 
 from shmspec.model import atomic
-from shmspec.model.properties import nrr_message
 from shmspec.model.atomic import GARBAGE, NO_OBJ, Config, State
+from shmspec.model.properties import nrr_message
+
 from ..core.results import Violation
 from .tlavalue import parse_dump, parse_value
 from .tlc import ConfigFile, TlcResult, TraceState

@@ -10,10 +10,10 @@ function with domain ``1..n`` prints as a sequence and parses as one.
 
 from __future__ import annotations
 
-from ..core.errors import ShmspecError
-
 import re
 from typing import Any
+
+from ..core.errors import ShmspecError
 
 _TOKEN = re.compile(r'\s*(?:(-?\d+)|"((?:[^"\\]|\\.)*)"|(\|->|:>|@@|<<|>>|[\[\](){},])|([A-Za-z_]\w*))')
 

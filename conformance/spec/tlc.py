@@ -14,8 +14,6 @@ TLC 2.15's exit codes: 0 ok, 11 deadlock, 12 safety violation, 13 liveness,
 
 from __future__ import annotations
 
-from ..core.errors import ShmspecError
-
 import os
 import re
 import shutil
@@ -26,6 +24,8 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
+
+from ..core.errors import ShmspecError
 
 TLC_EXIT = {0: "ok", 11: "deadlock", 12: "violation", 13: "liveness", 75: "evaluation error",
             150: "parse error", 151: "config error", 255: "error"}

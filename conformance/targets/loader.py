@@ -30,8 +30,6 @@ with status 2 and prints its one-line message).
 
 from __future__ import annotations
 
-from ..core.errors import ShmspecError
-
 import importlib.util
 import io
 import json
@@ -52,6 +50,8 @@ from pathlib import Path
 from types import ModuleType
 
 from shmspec.model.profile import IMPL, PROFILES, VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, Profile, profile_for_vllm
+
+from ..core.errors import ShmspecError
 
 STORE_FILE = "vllm/distributed/device_communicators/shm_object_storage.py"
 REQUIRED = ("SingleWriterShmRingBuffer", "SingleWriterShmObjectStorage")
