@@ -245,9 +245,8 @@ def _interruptible(run: Callable[[], int]) -> int:
 
 
 def _check(args: argparse.Namespace) -> int:
-    from .runner.gate import run_gate
-    from .core.constructions import Construction
-    from .lockstep.session import SessionConfig
+    from shmspec import api
+
     from .targets.loader import TargetError, load_target
     from .reporting.report import default_report_dir, render_console, write_report
 
@@ -273,8 +272,9 @@ def _check(args: argparse.Namespace) -> int:
         def on_progress(name: str, done: int, total: int) -> None:
             progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
-        result = run_gate(target, args.profile, args.seed, on_progress=on_progress, concurrency=args.concurrency,
-                          config=Construction(args.writer_lock, args.start_method, args.readers).config(SessionConfig()))
+        result = api.check(target, profile=args.profile, seed=args.seed, concurrency=args.concurrency,
+                           writer_lock=args.writer_lock, start_method=args.start_method, readers=args.readers,
+                           on_progress=on_progress)
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:

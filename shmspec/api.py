@@ -17,7 +17,7 @@ Hypothesis nor multiprocess.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 from shmspec.conformance.core.constructions import MAX_READERS, START_METHODS, Construction
 from shmspec.conformance.core.errors import ExitCode, ShmspecError, UsageError
@@ -30,7 +30,8 @@ if TYPE_CHECKING:
 
 def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None = None,
           concurrency: str | None = None, writer_lock: bool = False, start_method: str = "fork",
-          readers: int = 2, report_dir: str | Path | None = None) -> GateResult:
+          readers: int = 2, report_dir: str | Path | None = None,
+          on_progress: Callable[[str, int, int], None] | None = None) -> GateResult:
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
@@ -43,6 +44,8 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             vLLM's: writer without the readers' lock, two forked readers).
         report_dir: when given, ``report.json``, ``report.html`` and (with
             violations) ``repro_test.py`` are written there.
+        on_progress: called as ``on_progress(campaign, done, total)`` while
+            the gate runs (the CLI's progress bar).
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
@@ -66,7 +69,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         raise UsageError(f"readers must be an integer in 1..{MAX_READERS}, not {readers!r}")
     loaded = load_target(target) if isinstance(target, str) else target
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
-    result = run_gate(loaded, profile, seed, concurrency=concurrency, config=config)
+    result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config)
     if report_dir is not None:
         from shmspec.conformance.reporting.report import write_report
         write_report(result, Path(report_dir), None, str(loaded.source) if loaded.source else None)

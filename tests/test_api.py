@@ -84,8 +84,11 @@ def test_check_rejects_a_target_that_does_not_load():
 
 @pytest.mark.slow
 def test_check_passes_impl_and_writes_the_report(tmp_path):
-    result = shmspec.check("impl", concurrency="off", report_dir=tmp_path)
+    seen = []
+    result = shmspec.check("impl", concurrency="off", report_dir=tmp_path,
+                           on_progress=lambda name, done, total: seen.append((name, done, total)))
     assert isinstance(result, shmspec.GateResult)
+    assert seen and {n for n, _, _ in seen} >= {"core", "boundary"} and seen[-1][1] == seen[-1][2]
     assert result.verdict == "pass" and result.violations == []
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["verdict"] == "pass" and data["target"] == "impl"
