@@ -3,7 +3,9 @@ the layers below it (checked by ``tests/test_layers.py``)::
 
     cli                      shmspec's command line
     commands                 matrix, mutants, model, prove, spec tests
-    runner | reporting       the gate and replays | report.json/html, repro_test.py
+    runner | reporting       the gate | report.json/html, repro_test.py
+    protocols                each store protocol behind one interface (core/protocol.py):
+                             ringbuffer (its campaigns, their runners, replays)
     proofs | spec            z3 obligations and boundary programs | the TLA+ bridge
     concurrency              real processes: schedules, sweeps, free runs, faults
     lockstep                 model and target in lockstep, the Hypothesis machine
@@ -32,7 +34,7 @@ MOVED: dict[str, str] = {
     **{m: f"concurrency.{m}" for m in ("procs", "schedule", "races", "freerun", "faults", "sw", "history")},
     **{m: f"proofs.{m}" for m in ("z3ops", "prove", "boundary")},
     **{m: f"spec.{m}" for m in ("tlc", "tlavalue", "agreement", "spectrace")},
-    **{m: f"runner.{m}" for m in ("gate", "replay")},
+    **{m: f"runner.{m}" for m in ("gate", "replay")},  # runner.replay re-exports protocols.ringbuffer.replay
     "report": "reporting.report",
     **{m: f"commands.{m}" for m in ("matrix", "mutation", "modelcheck", "prove_report")},
 }

@@ -27,7 +27,7 @@ _API = {
     "GateResult": "shmspec.conformance.core.results", "Violation": "shmspec.conformance.core.results",
     "Construction": "shmspec.conformance.core.constructions",
     "ShmspecError": "shmspec.conformance.core.errors", "UsageError": "shmspec.conformance.core.errors",
-    "ExitCode": "shmspec.conformance.core.errors", "TargetError": "shmspec.conformance.targets.loader",
+    "ExitCode": "shmspec.conformance.core.errors", "TargetError": "shmspec.conformance.core.errors",
 }
 __all__ = ["__version__", *_API]
 

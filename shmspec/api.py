@@ -35,8 +35,10 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
-        target: a target spec (``"impl"``, ``"vllm==0.33.0"``, ``"file:PATH"``)
-            or a target already loaded (:func:`shmspec.conformance.targets.loader.load_target`).
+        target: a target spec (``"impl"``, ``"vllm==0.33.0"``, ``"file:PATH"``;
+            ``"NAME:REST"`` for a target of another registered store protocol,
+            :mod:`shmspec.conformance.protocols`) or a target already loaded
+            (:func:`shmspec.conformance.targets.loader.load_target`).
         profile: gate profile, ``"ci"`` (seed 0 unless given), ``"dev"`` or ``"deep"``.
         seed: the run's seed (``None``: the profile's rule).
         concurrency: ``"controlled"``, ``"free"`` or ``"off"`` (``None``: the profile's).
@@ -55,24 +57,25 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             ``readers`` outside 1..4.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
+    from shmspec.conformance import protocols
     from shmspec.conformance.core.config import SessionConfig
-    from shmspec.conformance.runner.gate import CONCURRENCY_MODES, GATE_PROFILES, run_gate
-    from shmspec.conformance.targets.loader import load_target
+    from shmspec.conformance.runner.gate import GATE_PROFILES, run_gate
 
     if profile not in GATE_PROFILES:
         raise UsageError(f"unknown gate profile {profile!r} (choose from {', '.join(GATE_PROFILES)})")
-    if concurrency is not None and concurrency not in CONCURRENCY_MODES:
-        raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(CONCURRENCY_MODES)})")
     if start_method not in START_METHODS:
         raise UsageError(f"unknown start method {start_method!r} (choose from {', '.join(START_METHODS)})")
     if not isinstance(readers, int) or not 1 <= readers <= MAX_READERS:
         raise UsageError(f"readers must be an integer in 1..{MAX_READERS}, not {readers!r}")
-    loaded = load_target(target) if isinstance(target, str) else target
+    loaded = protocols.load(target) if isinstance(target, str) else target
+    modes = protocols.protocol_of(loaded).concurrency_modes
+    if concurrency is not None and concurrency not in modes:
+        raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)})")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config)
     if report_dir is not None:
         from shmspec.conformance.reporting.report import write_report
-        write_report(result, Path(report_dir), None, str(loaded.source) if loaded.source else None)
+        write_report(result, Path(report_dir), None, str(loaded.source) if getattr(loaded, "source", None) else None)
     return result
 
 
@@ -85,36 +88,15 @@ def replay(target: str, violation: "Violation | dict[str, Any]") -> str | None:
     calls on the model and the target; controlled ones their exact schedule;
     free-running ones re-run the same load (the OS interleaving is not
     replayed); ``faults`` and ``threads`` ones re-run the named scenario.
+    The finding's ``protocol`` (absent: ``ringbuffer``) decides how it replays.
 
     Raises:
         UsageError: ``violation`` has no ``config`` or an unknown ``concurrency``.
         TargetError: the target cannot be loaded.
     """
-    case = violation.to_json() if isinstance(violation, Violation) else dict(violation)
-    if "config" not in case:
-        raise UsageError("a violation to replay needs its 'config' (a report.json violation or repro case)")
-    mode = case.get("concurrency", "off")
-    if "calls" in case:
-        calls = case["calls"]
-    else:
-        calls = Violation(case.get("property", "?"), "", "", 0, case.get("steps", []), case["config"],
-                          concurrency=mode).calls()
-    if mode == "controlled":
-        from shmspec.conformance.concurrency.schedule import replay_schedule
-        return replay_schedule(target, calls, case["config"])
-    if mode == "free":
-        from shmspec.conformance.runner.replay import replay_free
-        return replay_free(target, case["config"], case["property"])
-    if mode == "faults":
-        from shmspec.conformance.concurrency.faults import replay_fault
-        return replay_fault(target, case["config"], case["property"])
-    if mode == "threads":
-        from shmspec.conformance.concurrency.sw import replay_sw
-        return replay_sw(target, case["config"], case["property"])
-    if mode != "off":
-        raise UsageError(f"unknown concurrency {mode!r} in the violation")
-    from shmspec.conformance.runner.replay import replay as replay_lockstep
-    return replay_lockstep(target, calls, case["config"])
+    from shmspec.conformance import protocols
 
+    case = violation.to_json() if isinstance(violation, Violation) else dict(violation)
+    return protocols.get(case.get("protocol", protocols.DEFAULT)).replay(target, case)
 
 __all__ = ["Construction", "ExitCode", "GateResult", "ShmspecError", "UsageError", "Violation", "check", "replay"]

@@ -31,6 +31,7 @@ CONFORMANCE_LAYERS: tuple[tuple[str, ...], ...] = (
     ("cli",),
     ("commands",),
     ("runner", "reporting"),
+    ("protocols",),
     ("proofs", "spec"),
     ("concurrency",),
     ("lockstep",),

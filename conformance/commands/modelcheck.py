@@ -72,6 +72,9 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
         TlcError: no config, or TLC cannot run.
         TargetError: the target cannot be loaded.
     """
+    from .. import protocols
+
+    tla_dir = tla_dir or protocols.get().tla_dir  # the ring-buffer protocol's spec (tla/)
     jar = find_jar()
     loaded = None
     if target is not None:

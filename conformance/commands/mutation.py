@@ -332,8 +332,12 @@ def main(args, console, err) -> int:
 
     from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
 
-    from ..mutants import faults as library
+    import importlib
+
+    from .. import protocols
     from ..reporting.report import default_report_dir
+
+    library = importlib.import_module(protocols.get().mutants).faults  # the ring-buffer protocol's fault library
 
     try:
         chosen = library([n.strip() for n in args.only.split(",") if n.strip()] if args.only else None)

@@ -25,6 +25,11 @@ class UsageError(ShmspecError, ValueError):
     same input with exit code 2 before anything runs."""
 
 
+class TargetError(ShmspecError):
+    """The target cannot be loaded (unknown spec, missing file, no classes, no
+    registry), whatever its store protocol."""
+
+
 class ExitCode(IntEnum):
     """Exit status of every ``shmspec`` command (a public interface: stable).
 
@@ -48,4 +53,4 @@ class ExitCode(IntEnum):
     INTERRUPTED = 130
 
 
-__all__ = ["ExitCode", "ShmspecError", "UsageError"]
+__all__ = ["ExitCode", "ShmspecError", "TargetError", "UsageError"]

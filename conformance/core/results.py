@@ -11,7 +11,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmspec.model.properties import PROPERTIES
+from shmspec.model.properties import PROPERTIES, Property
 
 from .constructions import Construction
 
@@ -48,6 +48,9 @@ class Violation:
     occurrence: int = 1
     """1 for the first violation of its property in the gate; n > 1 for a
     distinct finding (its failing step kind differs from the n - 1 before)."""
+    protocol: str = "ringbuffer"
+    """The store protocol whose campaign found it (:mod:`shmspec.conformance.protocols`);
+    a replay goes to that protocol."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
@@ -71,6 +74,7 @@ class Violation:
             "occurrence": self.occurrence,
             "cause": getattr(self.exc, "cause", None),
             "construction": self.construction.to_json(),
+            "protocol": self.protocol,
         }
 
     @property
@@ -116,6 +120,20 @@ class GateResult:
     reader lock); True, given the readers' lock too."""
     construction: Construction = Construction()
     """The primary construction: every campaign but ``constructions`` ran in it."""
+    protocol: str = "ringbuffer"
+    """The target's store protocol (:mod:`shmspec.conformance.protocols`)."""
+    registry: tuple[Property, ...] = field(default=PROPERTIES, repr=False, compare=False)
+    """The protocol's properties, in verdict order: :attr:`properties` and
+    :meth:`property_counts` give one entry per property, in this order."""
+
+    @property
+    def property_ids(self) -> tuple[str, ...]:
+        return tuple(p.id for p in self.registry)
+
+    @property
+    def descriptions(self) -> dict[str, str]:
+        """Property id -> its statement."""
+        return {p.id: p.statement for p in self.registry}
 
     @property
     def constructions(self) -> list[dict[str, Any]]:
@@ -147,7 +165,7 @@ class GateResult:
         it (a campaign ran it and reported what it saw); otherwise not-checked."""
         out = {}
         failed = {v.property for v in self.violations}
-        for pid in ALL_PROPERTIES:
+        for pid in self.property_ids:
             if pid in failed:
                 out[pid] = "fail"
             elif any(c.completed and pid in c.checks for c in self.campaigns):
@@ -173,7 +191,7 @@ class GateResult:
     def property_counts(self) -> dict[str, tuple[int, int, float]]:
         """(examples, steps, seconds) summed over campaigns that check each property."""
         out = {}
-        for pid in ALL_PROPERTIES:
+        for pid in self.property_ids:
             cs = [c for c in self.campaigns if pid in c.checks and not c.skipped]
             out[pid] = (sum(c.examples for c in cs), sum(c.steps for c in cs), sum(c.seconds for c in cs))
         return out

@@ -23,7 +23,7 @@ from rich.text import Text
 from shmspec.model.properties import DESCRIPTIONS
 
 from ..core.documents import header
-from ..core.results import ALL_PROPERTIES, GateResult, Violation
+from ..core.results import GateResult, Violation
 
 SCHEMA = "shmspec.report/1"
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
@@ -36,6 +36,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         **header(SCHEMA, "check"),
         "target": result.target,
         "target_source": target_source,
+        "protocol": result.protocol,
         "model_profile": result.model_profile,
         "profile": result.profile,
         "concurrency": result.concurrency,
@@ -85,11 +86,12 @@ def summary_table(result: GateResult, statements: bool = True) -> Table:
         t.add_column(col, **kw)
     stats = result.property_counts()
     props = result.properties
-    for pid in ALL_PROPERTIES:
+    statement = result.descriptions
+    for pid in result.property_ids:
         e, s, sec = stats[pid]
         v = props[pid]
         row = [pid, Text(v, style=VERDICT_STYLE[v]), str(e), str(s), f"{sec:.1f}s"]
-        t.add_row(*row, *([DESCRIPTIONS[pid]] if statements else []))
+        t.add_row(*row, *([statement[pid]] if statements else []))
     return t
 
 
@@ -176,12 +178,15 @@ LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resu
                 "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
 
 
-def violation_panel(n: int, v: Violation) -> Panel:
+def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = None) -> Panel:
+    """Violation ``V{n}``: its property (``descriptions``: id -> statement,
+    default the ring-buffer registry's), message, construction and trace."""
+    descriptions = DESCRIPTIONS if descriptions is None else descriptions
     mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
     cause = getattr(v.exc, "cause", None)
     again = (f"  (finding {v.occurrence} of {v.property}: it fails at another step kind"
              + (f", {cause}," if cause else "") + " than the earlier ones)" if v.occurrence > 1 else "")
-    head = Text.assemble((f"{v.property}", "bold red"), f"  {DESCRIPTIONS.get(v.property, '')}{again}\n",
+    head = Text.assemble((f"{v.property}", "bold red"), f"  {descriptions.get(v.property, '')}{again}\n",
                          (v.message, "red"),
                          f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
@@ -254,7 +259,7 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
             console.print(f"campaign {c.name}: {c.rates['ops']} operations, {c.rates['ops_per_second']:.0f} ops/s, "
                           f"{c.rates['partitions']} handle histories checked")
     for i, v in enumerate(result.violations, 1):
-        console.print(violation_panel(i, v))
+        console.print(violation_panel(i, v, result.descriptions))
     style = VERDICT_STYLE[result.verdict]
     line = Text.assemble(("verdict: ", "bold"), (result.verdict.upper(), style),
                          f"  ({len(result.violations)} violation(s), {result.seconds:.1f}s)")
@@ -310,7 +315,8 @@ def default_report_dir(target: str, root: Path = Path("reports")) -> Path:
 def repro_source(result: GateResult, target_source: str | None) -> str:
     cases = [
         {"id": f"V{i}", "property": v.property, "message": v.message, "config": v.config,
-         "concurrency": v.concurrency, "calls": v.calls()}
+         "concurrency": v.concurrency, "calls": v.calls(),
+         **({"protocol": v.protocol} if v.protocol != "ringbuffer" else {})}
         for i, v in enumerate(result.violations, 1)
     ]
     target = result.target

@@ -1,67 +1,7 @@
-"""Replay recorded calls (from ``report.json`` or ``repro_test.py``) on the model
-and a target in lockstep, with the same checks as the gate."""
+"""Replays of recorded findings: moved to
+:mod:`shmspec.conformance.protocols.ringbuffer.replay` (2026-12-02); these
+names stay importable from here."""
 
-from __future__ import annotations
+from ..protocols.ringbuffer.replay import replay, replay_case, replay_free
 
-from typing import Any
-
-from ..core.config import config_from_json
-from ..targets.loader import load_target
-from ..lockstep.session import Call, PropertyViolation, Session
-
-
-def replay(target_spec: str, calls: list[dict[str, Any]], config: dict[str, Any]) -> str | None:
-    """Run ``calls`` against ``target_spec``.  Returns ``"PROP: message"`` for the
-    first violation (of a property not excused in ``config``), or None.
-
-    The session attaches its configured readers itself, so the leading
-    ``attach_reader`` calls of a recorded trace are skipped.
-
-    Raises:
-        TargetError: the target cannot be loaded.
-    """
-    cfg = config_from_json(config)
-    session = Session(load_target(target_spec), cfg)
-    setup = [{"process": r, "action": "attach_reader", "args": {"lock": True}} for r in cfg.readers]
-    todo = list(calls)
-    if todo[: len(setup)] == setup:
-        todo = todo[len(setup):]
-    try:
-        for c in todo:
-            session.execute(Call.from_json(c))
-        session.close()
-    except PropertyViolation as exc:
-        return f"{exc.prop}: {exc.message}"
-    finally:
-        if not session.closed:
-            try:
-                session.close()
-            except PropertyViolation:
-                pass
-    return None
-
-
-def replay_free(target_spec: str, config: dict[str, Any], prop: str) -> str | None:
-    """Re-run a free-running load (``config``: geometry, ``n_readers``,
-    ``free_seconds``, ``seed`` and the construction, ``writer_lock`` and
-    ``start_method``, as a report records them) and check its history.
-    Returns ``"PROP: message"`` when ``prop`` is violated again, else None.
-    The operating system's interleaving is not replayed: a timing-dependent
-    finding may need a few re-runs (or ``--concurrency controlled``) to recur.
-
-    Raises:
-        TargetError: the target cannot be loaded.
-        FreeRunError: a process did not finish.
-    """
-    from ..concurrency.freerun import free_config, run_free
-
-    target = load_target(target_spec)
-    n = config["n_readers"]
-    cfg = free_config(n_readers=n, data_buffer_size=config["data_buffer_size"],
-                      max_object_size=config["max_object_size"], writer_lock=bool(config.get("writer_lock", False)),
-                      start_method=str(config.get("start_method", "fork")))
-    fr = run_free(target, cfg, config["free_seconds"], n, config["seed"])
-    findings = fr.check.by_property().get(prop, [])
-    if prop == "LEAK" and fr.leak == "fail":
-        return "LEAK: the segment was still there after the writer closed"
-    return f"{prop}: {findings[0].message}" if findings else None
+__all__ = ["replay", "replay_case", "replay_free"]

@@ -51,14 +51,10 @@ from types import ModuleType
 
 from shmspec.model.profile import IMPL, PROFILES, VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, Profile, profile_for_vllm
 
-from ..core.errors import ShmspecError
+from ..core.errors import ShmspecError, TargetError  # noqa: F401 - TargetError re-exported (its home before 2026-12-02)
 
 STORE_FILE = "vllm/distributed/device_communicators/shm_object_storage.py"
 REQUIRED = ("SingleWriterShmRingBuffer", "SingleWriterShmObjectStorage")
-
-
-class TargetError(ShmspecError):
-    """The target cannot be loaded (unknown spec, missing file, no classes, no registry)."""
 
 
 class NoStoreFile(TargetError):
