@@ -144,3 +144,32 @@ def test_nrr_has_one_wording_for_every_checker():
         if "nrr_message(" in src:
             users.append(f.stem)
     assert sorted(users) == ["agreement", "faults", "history", "schedule", "session"]
+
+
+def test_the_targets_own_state_is_judged_in_one_place_for_both_sessions():
+    """DISJ, FIFO and RC of a target's snapshots: ``target_state_checks``,
+    called by the lockstep and the scheduled session alike (no copy of it)."""
+    import inspect
+
+    from shmspec.conformance.concurrency.schedule import ScheduledSession
+    from shmspec.conformance.lockstep.session import Session
+    from shmspec.conformance.targets.adapter import SnapChunk, Snapshot, target_state_checks
+
+    for cls in (Session, ScheduledSession):
+        src = inspect.getsource(cls._state_checks)
+        assert "target_state_checks(" in src and "fifo(" not in src and "disj(" not in src
+    a, b, c = SnapChunk(0, 0, 64, 1, 1), SnapChunk(1, 64, 64, 0, 1), SnapChunk(2, 128, 64, 2, 1)
+    before = Snapshot(0, 192, 0, 3, [a, b, c], {}, 256)
+    after = Snapshot(128, 192, 2, 3, [c], {}, 256)  # ids 0 and 1 freed; id 1 was never read
+    got = target_state_checks(before, after, 2)
+    assert got == [("RC", "target: reclaimed id 0 with reader_count 1 < writer_count 1 x n_readers 2"),
+                   ("RC", "target: reclaimed id 1 with reader_count 0 < writer_count 1 x n_readers 2")]
+    assert target_state_checks(before, after, 2, reclaimed=False) == []  # across a clear
+    done = Snapshot(0, 192, 0, 3, [SnapChunk(0, 0, 64, 2, 1), b, c], {}, 256)
+    gone = Snapshot(64, 192, 1, 3, [b, c], {}, 256)
+    assert target_state_checks(done, gone, 2) == []
+    assert target_state_checks(done, gone, 2, protected={0}) == [("RC", "target: reclaimed id 0 while protected by touch")]
+    skipped = Snapshot(0, 192, 0, 3, [a, c], {}, 256)  # id 1 freed ahead of id 0
+    assert ("FIFO", "target: freed ids [1] are not the oldest 1 live ids [0]") in target_state_checks(before, skipped, 1)
+    overlap = Snapshot(0, 192, 0, 3, [SnapChunk(0, 0, 100, 0, 1), b], {}, 256)
+    assert [p for p, _ in target_state_checks(None, overlap, 2)] == ["DISJ"]

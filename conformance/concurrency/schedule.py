@@ -38,11 +38,11 @@ from typing import Any
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition, rule
 
-from shmspec.model.properties import by_severity, disj, fifo, nrr_message
+from shmspec.model.properties import by_severity, nrr_message
 from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
 from ..core import interrupt
-from ..targets.adapter import Snapshot
+from ..targets.adapter import Snapshot, target_state_checks
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, StepOutcome
 from ..core.serde import Blob, Garbage, difference, object_nbytes
@@ -320,16 +320,8 @@ class ScheduledSession:
     def _state_checks(self, before: Snapshot | None, after: Snapshot | None, writer_action: str) -> list[tuple[str, str]]:
         if after is None:
             return []
-        n = self.config.n_readers
-        v = [("DISJ", m) for m in disj(after.chunks, after.ring_size)]
-        if before is not None and writer_action != "clear" and not self.clear_running:
-            after_ids = {c.id for c in after.chunks}
-            freed = [c for c in before.chunks if c.id not in after_ids]
-            if freed:
-                v += [("FIFO", m) for m in fifo(before.chunks, {c.id for c in freed})]
-                for c in freed:
-                    if not c.reads_done(n):
-                        v.append(("RC", f"id {c.id} reclaimed with {c.counts_text(n)}"))
+        v = target_state_checks(before, after, self.config.n_readers,
+                                reclaimed=writer_action != "clear" and not self.clear_running)
         issued = {(r.address, r.id) for r in self.refs}
         in_put = self.pool.procs["writer"].action == "put"
         for i, c in enumerate(after.chunks):

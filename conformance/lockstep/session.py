@@ -24,12 +24,12 @@ from typing import Any
 from shmspec.model import ring as model_ring
 from shmspec.model import store as M
 from shmspec.model.properties import SEVERITY as _SEVERITY
-from shmspec.model.properties import by_severity, check_state, check_transition, disj, fifo, nrr_message, wrap
+from shmspec.model.properties import by_severity, check_state, check_transition, nrr_message
 from shmspec.model.errors import OutOfSpace
 from shmspec.model.ring import ID_MAX
 
 from ..core import serde
-from ..targets.adapter import Observation, Snapshot, StoreAdapter, observe, warp, warp_counts
+from ..targets.adapter import Observation, Snapshot, StoreAdapter, observe, target_state_checks, warp, warp_counts
 from ..targets.loader import LoadedTarget
 from ..core.config import SessionConfig
 from ..core.serde import Blob, object_nbytes
@@ -750,21 +750,9 @@ class Session:
         return None
 
     def _state_checks(self, call, before_model, model_action, exp, before: Snapshot, after: Snapshot):
-        v: list[tuple[str, str]] = []
         # the target's own state
-        v += [("DISJ", f"target: {m}") for m in disj(after.chunks, after.ring_size)]
-        v += [("WRAP", f"target: {m}") for m in wrap(after.chunks)]
-        if call.action != "clear":
-            after_ids = {c.id for c in after.chunks}
-            freed = [c for c in before.chunks if c.id not in after_ids]
-            if freed:
-                v += [("FIFO", f"target: {m}") for m in fifo(before.chunks, {c.id for c in freed})]
-                protected = {c.id for c in before_model.ring.chunks if c.protected}
-                n = self.config.n_readers
-                for c in freed:
-                    if not c.reads_done(n) or c.id in protected:
-                        why = "while protected by touch" if c.reads_done(n) else f"with {c.counts_text(n)}"
-                        v.append(("RC", f"target reclaimed id {c.id} {why}"))
+        v = target_state_checks(before, after, self.config.n_readers, reclaimed=call.action != "clear",
+                                protected={c.id for c in before_model.ring.chunks if c.protected}, ids=True)
         # the model's own invariants (a failure here is a model or profile finding)
         for prop, msgs in {**check_state(self.state), **check_transition(before_model, model_action, self.state, exp)}.items():
             v += [(prop, f"model: {m}") for m in msgs]

@@ -17,6 +17,7 @@ from typing import Any, Callable
 import multiprocess
 
 from shmspec.model.errors import StoreError
+from shmspec.model.properties import disj, fifo, wrap
 from shmspec.model.ring import ID_MAX
 from shmspec.model.store import per_reader_complete, reads_complete
 
@@ -132,6 +133,34 @@ class Snapshot:
             tuple((c.id, c.address, c.size, c.reader_count, c.writer_count) for c in self.chunks),
             tuple(sorted(self.key_index.items())),
         )
+
+
+def target_state_checks(before: Snapshot | None, after: Snapshot, n_readers: int, *, reclaimed: bool = True,
+                        protected: frozenset[int] | set[int] = frozenset(),
+                        ids: bool = False) -> list[tuple[str, str]]:
+    """The target's own state after one step, judged on its snapshots alone:
+    DISJ of its live chunks (and WRAP of their ids when ``ids``); when
+    ``reclaimed`` (not across a clear) FIFO and RC of the chunks it freed
+    since ``before`` (RC: each had every read its ``writer_count`` promised,
+    :meth:`SnapChunk.reads_done`, and none of them was in ``protected``, the
+    ids a touch protects).  The one place both sessions judge these
+    (lockstep: :class:`~shmspec.conformance.lockstep.session.Session`;
+    scheduled: :class:`~shmspec.conformance.concurrency.schedule.ScheduledSession`).
+    Returns ``(property, message)`` pairs, messages prefixed ``target:``."""
+    v = [("DISJ", f"target: {m}") for m in disj(after.chunks, after.ring_size)]
+    if ids:
+        v += [("WRAP", f"target: {m}") for m in wrap(after.chunks)]
+    if before is None or not reclaimed:
+        return v
+    after_ids = {c.id for c in after.chunks}
+    freed = [c for c in before.chunks if c.id not in after_ids]
+    if freed:
+        v += [("FIFO", f"target: {m}") for m in fifo(before.chunks, {c.id for c in freed})]
+        for c in freed:
+            if not c.reads_done(n_readers) or c.id in protected:
+                why = "while protected by touch" if c.reads_done(n_readers) else f"with {c.counts_text(n_readers)}"
+                v.append(("RC", f"target: reclaimed id {c.id} {why}"))
+    return v
 
 
 def data_offset(ring: Any) -> int:
