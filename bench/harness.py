@@ -49,7 +49,8 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
 from rich.table import Table
 
 from bench.common import REPO, machine_info, now_iso, parse_ints, unwritable, wide_console, write_json
-from shmspec.conformance import tlc
+from shmspec.conformance.core.documents import header
+from shmspec.conformance.spec import tlc
 
 PARTS = ("gate", "free", "tlc")
 
@@ -276,7 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     for t in tables(section):
         console.print(t)
     if args.json:
-        write_json(args.json, {"schema": "shmspec.bench/1", "machine": machine_info(), "harness": section})
+        write_json(args.json, {**header("shmspec.bench/1", "bench.harness"), "machine": machine_info(), "harness": section})
         console.print(f"wrote {args.json}")
     return 0
 

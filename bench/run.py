@@ -36,10 +36,10 @@ from typing import Any
 if __package__ in (None, ""):  # run as a file: make ``bench`` importable
     sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-import shmspec
 from bench import harness, store
 from bench.common import (DEFAULT_OUT, SCHEMA, load_average, machine_info, now_iso, parse_ints, parse_sizes, positive_int,
                           unwritable, wide_console, write_json)
+from shmspec.conformance.core.documents import header
 from shmspec.conformance.targets.loader import TargetError
 from shmspec.conformance.spec.tlc import TlcError
 
@@ -99,8 +99,7 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     console = wide_console()
     log = lambda m: console.print(f"  {m}", highlight=False)  # noqa: E731
-    doc: dict[str, Any] = {"schema": SCHEMA, "tool": {"name": "shmspec", "version": shmspec.__version__},
-                           "command": "bench", "started": now_iso(), "quick": args.quick,
+    doc: dict[str, Any] = {**header(SCHEMA, "bench"), "started": now_iso(), "quick": args.quick,
                            "machine": machine_info()}
     console.print(f"[bold]shmspec bench[/]: {', '.join(parts)}; {doc['machine']['cpu_count']} CPUs, "
                   f"load {doc['machine']['load_average']}")

@@ -165,6 +165,7 @@ if __package__ in (None, ""):  # run as a file: make ``bench`` importable
 import multiprocess
 from rich.table import Table
 
+from shmspec.conformance.core.documents import header
 from bench.common import (fmt_size, machine_info, now_iso, parse_ints, parse_sizes, positive_int, ratio, unwritable,
                           wide_console, write_json)
 from shmspec.conformance.targets.adapter import data_offset, open_writer
@@ -928,7 +929,7 @@ def main(argv: list[str] | None = None) -> int:
     for line in bad:
         console.print(f"[bold red]WRONG BYTES[/] {line}")
     if args.json:
-        write_json(args.json, {"schema": "shmspec.bench/1", "machine": machine_info(), "store": section})
+        write_json(args.json, {**header("shmspec.bench/1", "bench.store"), "machine": machine_info(), "store": section})
         console.print(f"wrote {args.json}")
     return 1 if bad else 0
 

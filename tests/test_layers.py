@@ -41,7 +41,7 @@ CONFORMANCE_LAYERS: tuple[tuple[str, ...], ...] = (
 """Top first; one tuple per rank.  ``mutants`` (seeded faults: impl with one
 bug each) imports only impl and the model, like impl."""
 RANK = {layer: i for i, rank in enumerate(CONFORMANCE_LAYERS) for layer in rank}
-PACKAGE_DIRS = {"model": "shmspec.model", "impl": "shmspec.impl", "conformance": "shmspec.conformance"}
+PACKAGE_DIRS = {"model": "shmspec.model", "impl": "shmspec.impl", "conformance": "shmspec.conformance", "bench": "bench"}
 
 
 def _module_name(path: Path) -> str:
@@ -141,6 +141,18 @@ def test_conformance_layers_import_downward_only():
 ])
 def test_the_rule_rejects(me, name):
     assert _wrong(me, [name])
+
+
+def test_bench_imports_no_old_flat_path():
+    """bench/ sits above the harness; it imports modules at their layers
+    (the aliases of old flat paths are for repro files, not our code)."""
+    bad = []
+    for f in sorted((ROOT / "bench").rglob("*.py")):
+        for name in _imports(f):
+            if name.startswith("shmspec.conformance.") and _layer_of(name) is None and name not in (
+                    "shmspec.conformance.cli", "shmspec.conformance.spectests"):
+                bad.append(f"{f.name} imports {name}")
+    assert bad == []
 
 
 def test_the_rule_accepts_downward():

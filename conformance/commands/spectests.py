@@ -44,6 +44,7 @@ from shmspec.model import atomic
 from shmspec.model.atomic import WRITER, Config, State, Step
 
 from ..concurrency.procs import ProcessPool
+from ..core.documents import header
 from ..core.errors import ExitCode
 from ..spec.agreement import abstract, model_config
 from ..spec.spectrace import ACTION_NAMES, Behaviour, TargetReplay, replay_on_target
@@ -171,7 +172,7 @@ class SpecTests:
     seconds: float = 0.0
 
     def to_json(self) -> dict[str, Any]:
-        return {"schema": SCHEMA, "config": self.config, "constants": self.constants, "seed": self.seed,
+        return {**header(SCHEMA, "spectests"), "config": self.config, "constants": self.constants, "seed": self.seed,
                 "tlc_distinct": self.distinct, "visited": self.visited, "actions": self.actions,
                 "behaviours": [dict(id=i, **b.to_json()) for i, b in zip(self.ids, self.behaviours)]}
 
