@@ -54,12 +54,18 @@ prove: $(STAMP)
 
 # the whole suite, after ruff (`make lint`); the layer rule is a test
 # (tests/test_layers.py).  test-fast: the edit loop, without the tests
-# marked slow (gate runs, process campaigns, vLLM releases).
+# marked slow (gate runs, process campaigns, vLLM releases).  Both run on
+# WORKERS pytest-xdist workers (default 2: the machine CI gives us); a module
+# whose fixture is costly is one xdist_group, run by one worker.  WORKERS=0:
+# in this process, one test after another.
+WORKERS ?= 2
+XDIST = $(if $(filter 0,$(WORKERS)),,-n $(WORKERS) --dist loadgroup)
+
 test: lint
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q $(XDIST)
 
 test-fast: lint
-	$(BIN)/python -m pytest -q -m 'not slow'
+	$(BIN)/python -m pytest -q -m 'not slow' $(XDIST)
 
 lint: $(STAMP)
 	$(BIN)/ruff check .

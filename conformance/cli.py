@@ -126,6 +126,8 @@ def build_parser() -> argparse.ArgumentParser:
                                            "judges it")
     pp.add_argument("ids", nargs="*", metavar="ID", help="property ids (default: the table of all)")
     pp.add_argument("--json", action="store_true", help="print the registry entries as JSON")
+    pp.add_argument("--protocol", default="ringbuffer", metavar="NAME",
+                    help="the store protocol whose properties to show (default ringbuffer; docs/protocols.md)")
     return p
 
 
@@ -184,7 +186,7 @@ def main(argv: list[str] | None = None) -> int:
         return matrix(args)
     if args.command == "properties":
         from .commands.properties import main as properties_command
-        return properties_command(args.ids, args.json, Console(), Console(stderr=True))
+        return properties_command(args.ids, args.json, Console(), Console(stderr=True), args.protocol)
     return EXIT_ERROR  # pragma: no cover - argparse requires a command
 
 

@@ -5,7 +5,7 @@ constructor, attributes, methods, error types and messages), hardened so that
 property NRR holds whatever bytes payloads contain, whatever a reader does and
 whether or not the writer has the readers' lock.  The protocol (hazard pins,
 per-reader acks, drain after ``clear()``) is stated in docs/impl-protocol.md;
-what each fault does is established by ``tests/test_faults.py``.
+what each fault does is established by ``tests/conformance/concurrency/test_faults.py``.
 """
 
 from __future__ import annotations
@@ -168,7 +168,7 @@ class SingleWriterShmObjectStorage:
     completed by the next writer operation (and by reading ``key_index``), so
     a failed put, reclaim or clear leaves the store as before or as after it
     (a put interrupted after its reclaim: as after that reclaim, a
-    ``free_unused`` of chunks every reader had read; ``tests/test_impl_resources.py``
+    ``free_unused`` of chunks every reader had read; ``tests/impl/test_impl_resources.py``
     raises KeyboardInterrupt at every line of each operation).
     """
 

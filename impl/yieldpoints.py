@@ -41,5 +41,5 @@ HOOK: Callable[[str], None] | None = None
 
 READ_POINTS = ("pin", "reader_check", "payload_read", "deserialize", "counter_increment")
 WRITE_POINTS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
-# The names are the model's atomic steps (shmspec.model.steps); tests/test_steps.py
+# The names are the model's atomic steps (shmspec.model.steps); tests/impl/test_steps.py
 # checks that these tuples, the call sites in impl/ and the model agree.

@@ -28,7 +28,7 @@ class Property:
 
     Every list, order, table and report column of properties is derived from
     :data:`PROPERTIES` (``PROPERTY_IDS``, ``DESCRIPTIONS``, :data:`SEVERITY`,
-    the gate's ``ALL_PROPERTIES``, the matrix's columns); ``tests/test_properties.py``
+    the gate's ``ALL_PROPERTIES``, the matrix's columns); ``tests/model/test_properties.py``
     checks that each checker claims exactly the properties listed here.
     """
 
@@ -62,8 +62,9 @@ CHECKERS: dict[str, str] = {
     "tla": "tla/ShmStore.tla",
     "z3": "shmspec.conformance.proofs.prove:OBLIGATIONS",
 }
-"""Checker -> where it judges a property (``module:qualname``, or a file of
-the repository): the lockstep session (model and target step by step, the
+"""Checker -> its entry point (``module:qualname``, or a file of the
+repository; each property it claims is judged in what that calls, e.g. NRR
+of a lockstep get in ``Session._read_checks``): the lockstep session (model and target step by step, the
 Hypothesis campaigns and replays), the z3 boundary programs (planned by
 ``boundary.programs``, run in lockstep by ``run_program`` and on real
 processes by ``run_program_scheduled``, both through the sessions' checks),

@@ -5,7 +5,7 @@ An operation of the store (``put``, ``get``, ``clear``, ... in
 :mod:`.store`) is a sequence of these steps; another process may run between
 any two of them.  impl/ pauses just *before* each step it names
 (``shmspec.impl.yieldpoints``); the harness adds the lock and serde steps for
-targets it cannot edit.  ``tests/test_steps.py`` keeps the sets equal.
+targets it cannot edit.  ``tests/impl/test_steps.py`` keeps the sets equal.
 """
 
 from __future__ import annotations

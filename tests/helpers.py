@@ -1,12 +1,19 @@
-"""Helpers shared by the tests (import as ``from helpers import ...``; pytest
-puts tests/ on sys.path).  Fixtures live in conftest.py."""
+"""Helpers shared by the tests (import as ``from helpers import ...``;
+conftest.py puts tests/ on sys.path).  Fixtures live in conftest.py."""
 
 from __future__ import annotations
+
+from pathlib import Path
 
 import pytest
 
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.targets.loader import LoadedTarget, TargetError, load_target
+
+TESTS = Path(__file__).resolve().parent
+"""The tests' folder (``corpus/``, ``targets/``, ``toy_protocol.py``)."""
+ROOT = TESTS.parent
+"""The repository's root (``pyproject.toml``, ``conformance/``, ``tla/``, ``docs/``)."""
 
 
 def load_or_skip(spec: str) -> LoadedTarget:

@@ -18,8 +18,12 @@ import pytest
 import shmspec
 import shmspec.conformance
 
+# one worker runs this module: its module-scoped fixture is built once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_api")
+
 ROOT = Path(__file__).resolve().parents[1]
-FAULT = ROOT / "conformance" / "mutants" / "early_free.py"
+FAULT = ROOT / "conformance" / "mutants" / "size_off_by_one.py"  # a fault the lockstep gate finds in seconds
+RC_FAULT = ROOT / "conformance" / "mutants" / "early_free.py"  # what the old repro's RC cases were found on
 OLD_REPRO = ROOT / "tests" / "corpus" / "repro_0ca4a0f.py"
 
 NOT_HARNESS_ERRORS = {
@@ -95,7 +99,7 @@ def test_check_passes_impl_and_writes_the_report(tmp_path):
     assert not (tmp_path / "repro_test.py").exists()
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
 def fault_run(tmp_path_factory):
     d = tmp_path_factory.mktemp("fault")
     return shmspec.check(f"file:{FAULT}", concurrency="off", report_dir=d), d
@@ -148,6 +152,6 @@ def test_a_repro_written_before_the_layered_packages_still_runs(tmp_path):
     assert p.returncode == 0, p.stdout[-2000:] + p.stderr[-2000:]
     assert "4 passed" in p.stdout
     bad = tmp_path / "repro_test.py"
-    bad.write_text(src.replace("TARGET = 'impl'", f"TARGET = {f'file:{FAULT}'!r}"))
+    bad.write_text(src.replace("TARGET = 'impl'", f"TARGET = {f'file:{RC_FAULT}'!r}"))
     p = _pytest(bad)
     assert p.returncode == 1 and "still violated" in p.stdout, p.stdout[-2000:]

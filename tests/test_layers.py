@@ -183,3 +183,18 @@ def test_old_flat_paths_are_the_modules_at_their_layer():
     from shmspec.conformance.replay import replay, replay_free  # noqa: F401
     from shmspec.conformance.schedule import replay_schedule  # noqa: F401
     from shmspec.conformance.sw import replay_sw  # noqa: F401
+
+
+def test_the_tests_mirror_the_packages():
+    """tests/model, tests/impl, tests/bench and tests/conformance/<layer>:
+    each test folder under tests/conformance is a layer of the harness; at the
+    top only the cross-cutting tests (API, layer rule, regressions)."""
+    tests = ROOT / "tests"
+    top = sorted(p.name for p in tests.glob("test_*.py"))
+    assert top == ["test_api.py", "test_layers.py", "test_regressions.py"]
+    folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and list(p.rglob("test_*.py")))
+    assert folders == ["bench", "conformance", "impl", "model"]
+    layers = sorted(p.name for p in (tests / "conformance").iterdir() if p.is_dir() and list(p.glob("test_*.py")))
+    assert layers and set(layers) <= set(RANK), layers
+    names = [p.name for p in tests.rglob("test_*.py")]
+    assert len(names) == len(set(names)), "two test files share a name (pytest imports them by basename)"

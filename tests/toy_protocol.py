@@ -1,7 +1,7 @@
 """A second store protocol, as small as one can be: a key-value *register
 store* (``put(key, value)`` once per key, ``get(key)`` returns that value),
 with two properties and one lockstep campaign.  It exists to keep the
-protocol seam honest (tests/test_protocol_seam.py): the gate, the reports
+protocol seam honest (tests/conformance/protocols/test_protocol_seam.py): the gate, the reports
 and :func:`shmspec.replay` run it through
 :class:`~shmspec.conformance.core.protocol.StoreProtocol` alone, with no edit
 to any of them.
@@ -122,6 +122,8 @@ class ToyProtocol(StoreProtocol):
     properties = PROPERTIES
     actions = ("put", "get")
     concurrency_modes = ("off",)
+    checkers = {"toy": "toy_protocol:ToySession.execute"}
+    stated_in = "toy_protocol:PROPERTIES"
 
     def base_campaigns(self):
         return (ToyCampaign("registers", frozenset({"READ", "ONCE"})),)

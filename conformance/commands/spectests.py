@@ -17,7 +17,7 @@ The result (:class:`SpecTests`, JSON schema ``shmspec.spectests/1``) is
 replayed on a target with :func:`replay_all` (one
 :func:`.spectrace.replay_on_target` per behaviour): on impl, every behaviour
 of a hardened config must be followed step by step
-(``tests/test_spec_to_test.py`` generates and replays 40 behaviours of
+(``tests/conformance/spec/test_spec_to_test.py`` generates and replays 40 behaviours of
 ``tla/MC_impl_reread.cfg`` on every run).  From the command line::
 
     python -m shmspec.conformance.commands.spectests tla/MC_impl_reread.cfg --target impl [--out FILE]

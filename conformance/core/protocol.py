@@ -11,7 +11,7 @@ how each runs, how a finding replays, and its seeded faults.  The gate
 carries excusals from one to the next and collects verdicts; a second
 protocol is a new module under ``conformance/protocols/`` registered with
 :func:`shmspec.conformance.protocols.register`, not edits across the gate
-(``tests/test_protocol_seam.py`` runs a second, toy protocol through the gate,
+(``tests/conformance/protocols/test_protocol_seam.py`` runs a second, toy protocol through the gate,
 the report and :func:`shmspec.replay` to keep that true).
 
 Imports nothing of the harness above ``core``.
@@ -87,6 +87,8 @@ class StoreProtocol:
         tla_dir: the TLA+ spec's folder (``shmspec model``), or None.
         mutants: the module path of its seeded-fault library (``shmspec
             mutants``), or None.
+        checkers, stated_in: where its properties are checked and stated
+            (``shmspec properties --protocol NAME``).
     """
 
     name: str = ""
@@ -96,6 +98,11 @@ class StoreProtocol:
     concurrency_modes: tuple[str, ...] = ("off",)
     tla_dir: Path | None = None
     mutants: str | None = None
+    checkers: dict[str, str] = {}
+    """Checker name -> its entry point (``module:qualname`` or a file), for
+    ``shmspec properties``; a property's ``checkers`` name these."""
+    stated_in: str = ""
+    """Where the property registry is (``module:name``)."""
 
     @property
     def property_ids(self) -> tuple[str, ...]:

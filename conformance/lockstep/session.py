@@ -562,7 +562,8 @@ class Session:
                 return []
             if exp.ok and obs.value == Blob(exp.value):
                 return []  # the altered handle is another live handle, and got its object
-            return [("NRR", f"{altered} handle {r.ref} returned {got}, which is no object put under it")]
+            return [("NRR", nrr_message(f"{call.process}'s get ({altered})", "returned", got,
+                                        f"{r.ref} altered by {altered}", "no object put under it"))]
         if r.epoch < self.epoch:
             if self.profile.clr == "drain" and obs.value == original:
                 return []  # CLR, vLLM's drain contract: a pre-clear handle may read its own object

@@ -227,7 +227,10 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
         # TLC writes its standard modules into java.io.tmpdir and its state
         # files into -metadir: both go to a folder that exists and is ours
         cmd = [java, f"-Djava.io.tmpdir={tmp}", "-XX:+UseParallelGC", "-cp", str(jar), "tlc2.TLC",
-               "-config", str(run_cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states")]
+               "-config", str(run_cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states"),
+               # one worker and a fixed fingerprint polynomial (TLC draws one at random by
+               # default): the same run finds the same liveness counterexample every time
+               "-fp", "0"]
         if dump is not None:
             cmd += ["-dump", str(dump)]
         cmd.append(spec.name)

@@ -395,10 +395,14 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
         record = {"method": "pip", "wheel": wheel_name, "wheel_bytes": wheel_bytes, "bytes_fetched": wheel_bytes,
                   "requests": None, "range_error": str(first)}
     dest.parent.mkdir(parents=True, exist_ok=True)
-    tmp_dest = dest.with_suffix(".tmp")
+    # each process writes its own temporary file, then renames it into place:
+    # two processes fetching one release at once (pytest -n) never see a torn file
+    tmp_dest = dest.with_suffix(f".{os.getpid()}.tmp")
     tmp_dest.write_bytes(data)
     tmp_dest.replace(dest)
-    record_path.write_text(json.dumps(record, indent=2) + "\n")
+    tmp_record = record_path.with_suffix(f".{os.getpid()}.tmp")
+    tmp_record.write_text(json.dumps(record, indent=2) + "\n")
+    tmp_record.replace(record_path)
     return dest, {**record, "cached": False}
 
 

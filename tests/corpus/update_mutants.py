@@ -5,7 +5,7 @@ REPORT_DIR holds a ``mutants.json`` (schema ``shmspec.mutants/1``) and each
 fault's own gate report.  For every caught fault it writes
 ``tests/corpus/mutants/<fault>.json``: the first violation of the property the
 fault names, as its report recorded it (the shrunk calls, or the exact
-schedule, and the session config), which ``tests/test_mutants_corpus.py``
+schedule, and the session config), which ``tests/conformance/commands/test_mutants_corpus.py``
 replays.  Exits 1 when a fault was not caught, or its violation cannot be
 replayed (a free-running history is re-run, not replayed).
 """

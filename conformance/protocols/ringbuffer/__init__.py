@@ -23,7 +23,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from shmspec.model.properties import PROPERTIES
+from shmspec.model.properties import CHECKERS, PROPERTIES
 from shmspec.model.store import ACTIONS
 
 from ...core.protocol import CampaignContext, StoreProtocol
@@ -42,6 +42,8 @@ class RingBufferProtocol(StoreProtocol):
     concurrency_modes = CONCURRENCY_MODES
     tla_dir = Path(__file__).resolve().parents[3] / "tla"
     mutants = "shmspec.conformance.mutants"
+    checkers = CHECKERS
+    stated_in = "shmspec.model.properties:PROPERTIES"
 
     def base_campaigns(self) -> tuple[Any, ...]:
         from .campaigns import DEFAULT_CAMPAIGNS

@@ -6,13 +6,12 @@ from __future__ import annotations
 
 import importlib
 import re
-from pathlib import Path
 
 import pytest
 
 from shmspec.model import properties as P
 
-ROOT = Path(__file__).resolve().parents[1]
+from helpers import ROOT
 
 
 def test_one_entry_per_property_and_every_list_derived():
@@ -141,6 +140,8 @@ def test_nrr_has_one_wording_for_every_checker():
     for f in (ROOT / "conformance").rglob("*.py"):
         src = f.read_text()
         assert "which holds" not in src and "put under it was" not in src, f
+        # ("NRR", "RC", ...) is a list of ids; ("NRR", "<message>") or ("NRR", f"...") a message
+        assert not re.search(r'\("NRR", *f?"(?![A-Z]+")', src), f"{f}: an NRR message not worded by nrr_message"
         if "nrr_message(" in src:
             users.append(f.stem)
     assert sorted(users) == ["agreement", "faults", "history", "schedule", "session"]

@@ -9,15 +9,14 @@ that property again; replayed on impl it must find nothing.  A new fault
 without a corpus entry fails here until the full run has caught it, unless
 it is listed in :data:`GATE_GAPS` (a fault the gate cannot catch yet).  (Whether
 the gate's search still *finds* each fault is what ``shmspec mutants``
-measures; tests/test_mutants.py runs that search on a few fast faults, and
-tests/test_races.py and tests/test_boundary.py on the faults only the
+measures; tests/conformance/commands/test_mutants.py runs that search on a few fast faults, and
+tests/conformance/concurrency/test_races.py and tests/conformance/proofs/test_boundary.py on the faults only the
 preemption sweep and the boundary programs reach.)
 """
 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 
 import pytest
 
@@ -26,8 +25,9 @@ from shmspec.conformance.mutants import faults
 from shmspec.conformance.runner.replay import replay
 from shmspec.conformance.concurrency.schedule import replay_schedule
 from shmspec.conformance.concurrency.sw import replay_sw
+from helpers import TESTS
 
-CORPUS = Path(__file__).resolve().parent / "corpus" / "mutants"
+CORPUS = TESTS / "corpus" / "mutants"
 FAULTS = faults()
 
 GATE_GAPS = {

@@ -7,15 +7,15 @@ report entry (``config["promises"]``)."""
 
 from __future__ import annotations
 
-from pathlib import Path
 
 import pytest
 
 from shmspec.conformance.runner.gate import CONTROLLED, run_gate
 from shmspec.conformance.targets.loader import load_target
 from shmspec.conformance.concurrency.schedule import CONTROLLED_CHECKS, replay_schedule
+from helpers import TESTS
 
-LOST_ACKS = f"file:{Path(__file__).resolve().parent / 'targets' / 'impl_lost_acks.py'}"
+LOST_ACKS = f"file:{TESTS / 'targets' / 'impl_lost_acks.py'}"
 
 
 def _controlled(spec):

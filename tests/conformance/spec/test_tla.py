@@ -22,10 +22,13 @@ from shmspec.impl import yieldpoints
 from shmspec.model import atomic
 from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS
 
+# one worker runs this module: its module-scoped fixture is built once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_tla")
+
 java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # session: built once by the worker its xdist_group runs on
 def outcomes():
     return {o.config.name: o for o in modelcheck.run()}
 
@@ -77,7 +80,9 @@ def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(ou
         assert found.status == "liveness" and found.invariant == "PROGLive" and found.exit_code == 13
         [(v, replay)] = live[name].counterexamples
         assert replay.model_departs is None and v.property == "PROGLive"
-        assert "stays in the ring for ever" in v.message and "never finishes" in v.message, v.message
+        # the unfair reader never reads the allocation, or stops in its get
+        assert "stays in the ring for ever" in v.message and ("never finishes" in v.message or
+                                                             "never reads it" in v.message), v.message
 
 
 @pytest.mark.slow

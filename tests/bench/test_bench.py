@@ -7,12 +7,11 @@ Timings are not asserted (benchmarks measure, tests check behaviour)."""
 import json
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from helpers import load_or_skip
 
-REPO = Path(__file__).resolve().parent.parent
+from helpers import ROOT as REPO
 
 ROW_KEYS = {"size", "size_label", "readers", "objects", "rounds", "warmup_rounds", "ring_bytes",
             "max_object_size", "put", "get", "ratios", "verified"}

@@ -4,13 +4,12 @@ import json
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
 from shmspec.conformance.cli import main
 
-ROOT = Path(__file__).resolve().parent.parent
+from helpers import ROOT
 
 
 def run_cli(*args, env=None, cwd=None):
@@ -228,7 +227,7 @@ def test_an_interrupt_swallowed_by_python_still_exits_130(capsys):
 
 @pytest.mark.slow
 def test_sigterm_at_random_moments_never_passes(tmp_path):
-    """A cancelled gate never exits 0: SIGTERM at 50 moments drawn from a
+    """A cancelled gate never exits 0: SIGTERM at 24 moments drawn from a
     seeded generator (during start-up, the lockstep campaigns, shrinking,
     report writing), two gates at a time.  Before the handler is installed
     the process dies by the signal (-15), and a KeyboardInterrupt that escapes
@@ -241,7 +240,7 @@ def test_sigterm_at_random_moments_never_passes(tmp_path):
     from concurrent.futures import ThreadPoolExecutor
 
     rng = random.Random(20261201)
-    moments = [rng.uniform(0.0, 6.0) for _ in range(50)]  # the gate below runs for more than 6 s
+    moments = [rng.uniform(0.0, 6.0) for _ in range(24)]  # the gate below runs for more than 6 s
 
     def one(i: int, delay: float) -> tuple[float, int, str]:
         proc = subprocess.Popen([sys.executable, "-m", "shmspec.conformance.cli", "check", "--target", "impl",

@@ -25,21 +25,22 @@ from shmspec.conformance.concurrency.procs import ProcessPool
 from shmspec.conformance.spec.spectrace import Behaviour, Observation, behaviour_of, departs_first, replay_on_target
 from shmspec.conformance.spec.tlc import default_tla_dir, read_config, run_tlc
 
-pytestmark = [pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"),
+pytestmark = [pytest.mark.xdist_group("test_spec_to_test"),  # its module-scoped fixture is built once (make test: --dist loadgroup)
+              pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"),
               pytest.mark.slow]  # every test here needs the TLC state graph of MC_impl_reread (about a minute)
 
 CONFIG = default_tla_dir() / "MC_impl_reread.cfg"
 N = spectests.BEHAVIOURS
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
 def generated():
     cf = read_config(CONFIG)
     graph = spectests.state_graph(cf)
     return cf, graph, spectests.sample(cf, graph)
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
 def impl(generated):
     cfg = generated[2].model_config()
     target = load_target("impl")

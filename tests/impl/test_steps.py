@@ -8,6 +8,7 @@ from pathlib import Path
 from shmspec.conformance.concurrency.procs import LOCK_POINTS
 from shmspec.impl import yieldpoints
 from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS, READ_STEPS, WRITE_STEPS
+from helpers import ROOT
 
 IMPL_DIR = Path(yieldpoints.__file__).parent
 
@@ -33,5 +34,5 @@ def test_harness_points_are_model_steps():
     assert set(LOCK_POINTS) == set(LOCK_STEPS)
     assert set(ATOMIC_STEPS) == set(READ_STEPS) | set(WRITE_STEPS) | set(LOCK_STEPS)
     # the harness's own pauses (lock, serde, ring access) are model steps too
-    src = (Path(__file__).parents[1] / "conformance" / "concurrency" / "procs.py").read_text()
+    src = (ROOT / "conformance" / "concurrency" / "procs.py").read_text()
     assert set(re.findall(r'_pause\("([a-z_]+)"\)', src)) == set(LOCK_STEPS) | {"deserialize", "reader_check"}

@@ -8,7 +8,6 @@ from __future__ import annotations
 import json
 
 import pytest
-import toy_protocol
 
 import shmspec
 from shmspec.conformance import protocols
@@ -17,10 +16,8 @@ from shmspec.conformance.runner.gate import run_gate
 
 
 @pytest.fixture
-def toy():
-    protocols.register(toy_protocol.PROTOCOL)
-    yield toy_protocol.PROTOCOL
-    protocols.unregister("toy")
+def toy(second_protocol):
+    return second_protocol
 
 
 def test_the_ring_buffer_protocol_is_the_default_and_answers_the_interface():
@@ -93,3 +90,19 @@ def test_a_mode_the_protocol_has_not_is_a_usage_error(toy):
         shmspec.check("toy:good", concurrency="controlled")
     with pytest.raises(shmspec.UsageError, match="no concurrency 'free'"):
         shmspec.replay("toy:good", {"protocol": "toy", "concurrency": "free", "config": {}})
+
+
+def test_the_properties_command_shows_another_protocols_registry(toy, capsys):
+    from rich.console import Console
+
+    from shmspec.conformance.commands.properties import main
+
+    out, err = Console(width=200), Console(stderr=True)
+    assert main(["read"], True, out, err, "toy") == 0
+    entry = json.loads(capsys.readouterr().out)[0]
+    assert entry["id"] == "READ" and entry["stated_in"] == "toy_protocol:PROPERTIES"
+    assert entry["checked_by"] == {"toy": "toy_protocol:ToySession.execute"}
+    assert main(["NRR"], False, out, err, "toy") == 2  # not a toy property
+    assert "unknown property NRR (known: READ, ONCE)" in capsys.readouterr().err
+    assert main([], False, out, err, "nosuch") == 2
+    assert "unknown store protocol 'nosuch'" in capsys.readouterr().err

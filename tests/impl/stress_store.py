@@ -596,7 +596,7 @@ def load_store_module(path: str) -> tuple[type, type]:
     return target.ring_cls, target.storage_cls
 
 
-if __name__ == "__main__":  # python tests/stress_store.py [module.py] [seconds] [writer_lock]
+if __name__ == "__main__":  # python tests/impl/stress_store.py [module.py] [seconds] [writer_lock]
     import json
     import sys
 

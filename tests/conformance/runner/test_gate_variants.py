@@ -19,6 +19,8 @@ import time
 
 import pytest
 
+from shmspec.conformance.core.config import SessionConfig
+from shmspec.conformance.core.results import ALL_PROPERTIES
 from shmspec.conformance.runner.gate import run_gate
 from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
@@ -44,7 +46,7 @@ VARIANTS: dict[str, tuple[str, str | None]] = {
 }
 
 # Every property of SEMANTICS.md but WRAP (these campaigns never reach id
-# wraparound; the boundary campaign does: tests/test_boundary.py).
+# wraparound; the boundary campaign does: tests/conformance/proofs/test_boundary.py).
 IMPL_MUST_PASS = ("NRR", "DUP", "LOCK", "SIZE", "OOM", "FIFO", "RC", "DISJ", "CLR", "AUTH", "LEAK", "EXC")
 
 
@@ -60,7 +62,15 @@ AIMED = {
 def _gate(target, record_property, label, prop=None):
     t0 = time.monotonic()
     campaigns = CAMPAIGNS if prop is None else tuple(c for c in CAMPAIGNS if c.name == AIMED[prop])
-    result = run_gate(target, "ci", campaigns=campaigns, concurrency="off")
+    # A variant: its aimed campaign with every other property excused and the
+    # state comparison with the model off (what the gate's final round does),
+    # stopped at its first finding: the property it names must catch the
+    # fault by itself, with a shrunk trace.  The whole gate, model comparison
+    # included, runs on every variant in `shmspec mutants` (docs/mutants.md).
+    config = None if prop is None else SessionConfig(
+        compare_state=False, excused=frozenset(p for p in ALL_PROPERTIES if p != prop))
+    result = run_gate(target, "ci", campaigns=campaigns, concurrency="off", first_finding_only=prop is not None,
+                      config=config)
     seconds = time.monotonic() - t0
     record_property("gate_seconds", round(seconds, 2))
     print(f"\n[gate] {label}: verdict={result.verdict} {seconds:.1f}s "
@@ -83,8 +93,8 @@ CONTROL = "control_unmodified.py"
 re-classed): must pass, so a variant's failure is its bug, not the wrapping."""
 
 
-# Read-path races: caught by the controlled campaign (tests/test_gate_concurrency.py)
-# and, for deserialize_in_place, by the free-running one (tests/test_freerun.py).
+# Read-path races: caught by the controlled campaign (tests/conformance/runner/test_gate_concurrency.py)
+# and, for deserialize_in_place, by the free-running one (tests/conformance/concurrency/test_freerun.py).
 RACE_VARIANTS = {"count_before_validate.py", "deserialize_in_place.py"}
 
 

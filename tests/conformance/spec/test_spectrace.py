@@ -28,6 +28,9 @@ from shmspec.model import atomic
 from shmspec.model.atomic import WRITER, Config, Step
 from helpers import load_or_skip
 
+# one worker runs this module: its module-scoped fixture is built once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_spectrace")
+
 java = pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
 
 # the constants of tla/MC_vllm.cfg, and the same with impl's protocol
@@ -68,7 +71,7 @@ NRR_AFTER_CLEAR = put("k1", 0) + [Step("clear", WRITER), Step("reader_check", "r
 clear, the writer puts a new object into the same slot, r1 deserializes it."""
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
 def impl():
     return load_target("impl")
 

@@ -1,4 +1,4 @@
-"""Same seed, same findings: three ci gate runs (lockstep campaigns) on impl
+"""Same seed, same findings: two ci gate runs (lockstep campaigns) on impl
 and on vLLM 0.33.0 report the same properties from the same campaigns, and
 the same shrunk steps wherever shrinking finished within its budget."""
 
@@ -13,7 +13,7 @@ from helpers import load_or_skip
 pytestmark = pytest.mark.slow
 
 
-def _runs(spec, campaigns, n=3):
+def _runs(spec, campaigns, n=2):
     target = load_or_skip(spec)
     return [run_gate(target, "ci", 0, campaigns=campaigns, concurrency="off") for _ in range(n)]
 
@@ -26,9 +26,8 @@ def _findings(result):
 def test_impl_same_verdicts_every_run():
     runs = _runs("impl", CAMPAIGNS)
     assert all(r.verdict == "pass" for r in runs)
-    assert runs[0].properties == runs[1].properties == runs[2].properties
-    assert [c.steps for c in runs[0].campaigns] == [c.steps for c in runs[1].campaigns] == \
-        [c.steps for c in runs[2].campaigns]  # the same exploration, step for step
+    assert runs[0].properties == runs[1].properties
+    assert [c.steps for c in runs[0].campaigns] == [c.steps for c in runs[1].campaigns]  # the same exploration
 
 
 @pytest.mark.slow

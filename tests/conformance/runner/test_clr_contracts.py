@@ -7,7 +7,6 @@ other contract fails CLR, so the verdict really depends on the declaration."""
 from __future__ import annotations
 
 from dataclasses import replace
-from pathlib import Path
 
 import pytest
 
@@ -15,8 +14,9 @@ from shmspec.conformance.runner.gate import run_gate
 from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.lockstep.machine import CAMPAIGNS
 from shmspec.model.profile import IMPL, IMPL_STRICT
+from helpers import TESTS
 
-STRICT = Path(__file__).parent / "targets" / "impl_strict_clr.py"
+STRICT = TESTS / "targets" / "impl_strict_clr.py"
 STALE = tuple(c for c in CAMPAIGNS if c.name == "stale")
 
 

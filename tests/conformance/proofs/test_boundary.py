@@ -19,12 +19,15 @@ from shmspec.conformance.lockstep.session import SessionConfig
 from shmspec.impl import SingleWriterShmRingBuffer
 from shmspec.model.ring import HEADER_BYTES, ID_MAX, fits, placement
 
+# one worker runs this module: its module-scoped fixture is built once (make test: --dist loadgroup)
+pytestmark = pytest.mark.xdist_group("test_boundary")
+
 VARIANTS = MUTANTS_DIR  # the seeded faults ship in the package
 CFG = SessionConfig()
 B = CFG.data_buffer_size
 
 
-@pytest.fixture(scope="module")
+@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
 def impl():
     return load_target("impl")
 

@@ -23,7 +23,7 @@ VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 
 def _controlled(target):
     """The Hypothesis-drawn schedules alone (without the preemption sweep that
-    runs before them in the gate; tests/test_races.py covers that one)."""
+    runs before them in the gate; tests/conformance/concurrency/test_races.py covers that one)."""
     return run_gate(target, "ci", campaigns=(CONTROLLED,), concurrency="off", first_finding_only=True)
 
 

@@ -52,6 +52,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 from stress_store import StressSerde, load_store_module, run_stress  # noqa: E402
+from helpers import ROOT
 
 STORE_ENV = "SHMSPEC_STRESS_STORE"
 SECONDS_ENV = "SHMSPEC_STRESS_SECONDS"
@@ -181,7 +182,7 @@ def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method,
     assert res["wrong"] == 0 and res["other_errors"] == 0, info
 
 
-LANDED_READ_PATH = Path(__file__).resolve().parents[1] / "conformance" / "mutants" / "inband_count_unfenced.py"
+LANDED_READ_PATH = ROOT / "conformance" / "mutants" / "inband_count_unfenced.py"
 
 
 @pytest.mark.slow
