@@ -40,7 +40,7 @@ def generated():
     return cf, graph, spectests.sample(cf, graph)
 
 
-@pytest.fixture(scope="session")  # built once by the worker its xdist_group runs on
+@pytest.fixture(scope="module")  # its process pool ends with the module: no test after it sees its children
 def impl(generated):
     cfg = generated[2].model_config()
     target = load_target("impl")
