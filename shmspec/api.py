@@ -67,6 +67,9 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         raise UsageError(f"unknown start method {start_method!r} (choose from {', '.join(START_METHODS)})")
     if not isinstance(readers, int) or not 1 <= readers <= MAX_READERS:
         raise UsageError(f"readers must be an integer in 1..{MAX_READERS}, not {readers!r}")
+    known = tuple(dict.fromkeys(m for n in protocols.names() for m in protocols.get(n).concurrency_modes))
+    if concurrency is not None and concurrency not in known:  # before a target is fetched
+        raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(known)})")
     loaded = protocols.load(target) if isinstance(target, str) else target
     modes = protocols.protocol_of(loaded).concurrency_modes
     if concurrency is not None and concurrency not in modes:

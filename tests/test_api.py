@@ -86,6 +86,11 @@ def test_check_rejects_a_target_that_does_not_load():
         shmspec.check("file:/nonexistent/store.py", concurrency="off")
 
 
+def test_a_bad_argument_is_refused_before_the_target_is_loaded():
+    with pytest.raises(shmspec.UsageError, match="unknown concurrency 'sideways'"):
+        shmspec.check("file:/nonexistent/store.py", concurrency="sideways")
+
+
 @pytest.mark.slow
 def test_check_passes_impl_and_writes_the_report(tmp_path):
     seen = []
