@@ -32,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
+import json
 import os
 import signal
 import sys
@@ -57,7 +58,10 @@ class _Parser(argparse.ArgumentParser):
 
 
 def build_parser() -> argparse.ArgumentParser:
-    p = _Parser(prog="shmspec", description="Conformance gate for single-writer / multi-reader shared-memory object stores.")
+    p = _Parser(prog="shmspec", description="Conformance gate for single-writer / multi-reader shared-memory object stores.",
+                epilog="<reports> in the defaults below: $SHMSPEC_REPORT_DIR, else the source checkout's reports/ "
+                       "(shmspec run from its checkout), else ~/.cache/shmspec/reports; never the current "
+                       "directory unless asked. Every command prints where it wrote.")
     p.add_argument("--version", action="version", version=f"shmspec {shmspec.__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="run the conformance gate on a target")
@@ -77,7 +81,16 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--readers", type=int, default=2, choices=range(1, MAX_READERS + 1), metavar="N",
                    help="number of readers of the store (default 2)")
     c.add_argument("--report-dir", type=Path, default=None,
-                   help="directory for report.json / report.html / repro_test.py (default reports/<time>-<target>)")
+                   help="directory for report.json / report.html / repro_test.py "
+                        "(default <reports>/<time>-<target>, see shmspec --help)")
+    c.add_argument("--baseline", type=Path, default=None, metavar="FILE",
+                   help="known findings: a report.json of an earlier run or a baseline file (--write-baseline); "
+                        "a property it has violated is reported as known and does not fail the run (exit 0 "
+                        "unless a new property is violated); docs/ci.md")
+    c.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
+                   help="write this run's violated properties as a baseline file (shmspec.baseline/1)")
+    c.add_argument("--junit", type=Path, default=None, metavar="FILE",
+                   help="also write JUnit XML: one testcase per property (failed, known and skipped told apart)")
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
     m.add_argument("--tla-dir", type=Path, default=None, help="folder with ShmStore.tla and MC*.cfg (default: the repository's tla/)")
     m.add_argument("--config", default="MC*.cfg", help="glob of configs to run (default MC*.cfg)")
@@ -86,7 +99,7 @@ def build_parser() -> argparse.ArgumentParser:
     m.add_argument("--agreement", action=argparse.BooleanOptionalAction, default=None,
                    help="enumerate the Python model beside TLC and compare the states (default: on, off with --deep)")
     m.add_argument("--report-dir", type=Path, default=None,
-                   help="directory for model.json and model.html (default reports/<time>-model)")
+                   help="directory for model.json and model.html (default <reports>/<time>-model)")
     m.add_argument("--target", default=None,
                    help="also replay every counterexample on this store (impl, file:PATH, vllm==X.Y.Z)")
     pr = sub.add_parser("prove", help="prove the model's ring arithmetic with z3 (obligations by property id)")
@@ -95,14 +108,14 @@ def build_parser() -> argparse.ArgumentParser:
     pr.add_argument("--chunks", type=int, default=None,
                     help="live chunks unrolled in the inductive steps (default 4)")
     pr.add_argument("--report-dir", type=Path, default=None,
-                    help="directory for prove.json (default reports/<time>-prove)")
+                    help="directory for prove.json (default <reports>/<time>-prove)")
     mu = sub.add_parser("mutants", help="run the gate on every seeded fault of impl; score caught / total")
     mu.add_argument("--only", default=None, help="comma-separated fault names (default: all; see --list)")
     mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
     mu.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
     mu.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mu.add_argument("--report-dir", type=Path, default=None,
-                    help="directory for mutants.json and one gate report per fault (default reports/<time>-mutants)")
+                    help="directory for mutants.json and one gate report per fault (default <reports>/<time>-mutants)")
     mx = sub.add_parser("matrix", help="run the gate on every vLLM release that ships the store, and on impl")
     mx.add_argument("--releases", default="all",
                     help="all (default: every X.Y.Z release from --since), newest, or a comma list X.Y.Z,...")
@@ -113,7 +126,7 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mx.add_argument("--report-dir", type=Path, default=None,
                     help="directory for matrix.json, matrix.html and one gate report per group (default "
-                         "reports/matrix); the previous run's matrix.json/html and the group folders it lists "
+                         "<reports>/matrix); the previous run's matrix.json/html and the group folders it lists "
                          "are removed first, nothing else")
     mx.add_argument("--no-impl", action="store_true",
                     help="leave impl out of the matrix; the exit status is then 0 when every cell ran (vLLM "
@@ -249,15 +262,22 @@ def _interruptible(run: Callable[[], int]) -> int:
 def _check(args: argparse.Namespace) -> int:
     from shmspec import api
 
-    from .targets.loader import TargetError, load_target
+    from . import protocols
+    from .core.errors import TargetError, UsageError
+    from .reporting import outcomes as judged
     from .reporting.report import default_report_dir, render_console, write_report
 
     console = Console(stderr=False)
     err = Console(stderr=True)
     spec = _canonical_target(args.target)
+    try:  # a bad baseline is found before minutes of work
+        baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
+    except UsageError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     try:
         with err.status(f"loading target {spec}"):
-            target = load_target(spec)
+            target = protocols.load(spec)  # the protocol the spec names (default: the ring buffer)
     except TargetError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
@@ -280,17 +300,35 @@ def _check(args: argparse.Namespace) -> int:
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:
-        write_report(result, report_dir, started, source)
+        outcomes = judged.judge(result, baseline)
+    except UsageError as exc:  # a baseline of another protocol
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    block = judged.summary_json(outcomes, baseline) if baseline is not None else None
+    try:
+        write_report(result, report_dir, started, source, block)
+        if args.junit is not None:
+            args.junit.write_text(judged.junit_xml(result, outcomes, report_dir))
+        if args.write_baseline is not None:
+            args.write_baseline.write_text(json.dumps(judged.baseline_json(result), indent=2) + "\n")
+        if os.environ.get("GITHUB_STEP_SUMMARY"):  # a GitHub Actions job: its summary page
+            with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
+                f.write(judged.step_summary(result, outcomes, report_dir))
     except OSError as exc:
-        err.print(f"shmspec: error: cannot write the report to {report_dir}: {exc}", markup=False,
-                  highlight=False, soft_wrap=True)
+        err.print(f"shmspec: error: cannot write the report: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     render_console(console, result, report_dir)
-    if result.verdict == "fail":
+    if block is not None:
+        console.print(f"baseline {baseline.source}: new {', '.join(block['new']) or 'none'}; known (not failing) "
+                      f"{', '.join(block['still']) or 'none'}; fixed {', '.join(block['fixed']) or 'none'}",
+                      markup=False, highlight=False)
+    # as the verdict (GateResult.verdict), known findings aside: a new one,
+    # then a crashed campaign, then a budget that ran out
+    if any(o.status == "failed" for o in outcomes):
         return EXIT_FAIL
-    if result.verdict == "error":
+    if any(c.error for c in result.campaigns):
         return EXIT_ERROR
-    if result.verdict == "unknown":
+    if any(c.unknown for c in result.campaigns):
         return EXIT_UNKNOWN
     return EXIT_PASS
 

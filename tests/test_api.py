@@ -7,6 +7,7 @@ from __future__ import annotations
 import importlib
 import inspect
 import json
+import os
 import pkgutil
 import re
 import subprocess
@@ -131,19 +132,31 @@ def test_replay_rejects_a_case_without_config():
         shmspec.replay("impl", {"property": "NRR", "config": {}, "concurrency": "sideways"})
 
 
-def _pytest(path: Path) -> subprocess.CompletedProcess:
+def _pytest(path: Path, target: str | None = None) -> subprocess.CompletedProcess:
+    env = {k: v for k, v in os.environ.items() if k != "SHMSPEC_TARGET"}
+    if target is not None:
+        env["SHMSPEC_TARGET"] = target
     return subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(path)],
-                          capture_output=True, text=True, timeout=600, cwd=path.parent)
+                          capture_output=True, text=True, timeout=600, cwd=path.parent, env=env)
 
 
 @pytest.mark.slow
-def test_a_new_repro_imports_only_the_public_api_and_fails_on_the_fault(fault_run):
+def test_a_new_repro_imports_only_the_public_api_and_fails_on_the_fault(fault_run, tmp_path):
     _, d = fault_run
     src = (d / "repro_test.py").read_text()
     assert [ln for ln in src.splitlines() if ln.startswith(("from shmspec", "import shmspec"))] == ["import shmspec"]
     p = _pytest(d / "repro_test.py")
     assert p.returncode == 1, p.stdout[-2000:]
     assert "still violated" in p.stdout
+    # portable (issue 15): copied elsewhere and pointed at another target by
+    # SHMSPEC_TARGET, the same cases replay there: the fixed store passes them
+    moved = tmp_path / "elsewhere" / "repro_test.py"
+    moved.parent.mkdir()
+    moved.write_text(src)
+    p = _pytest(moved, target="impl")
+    assert p.returncode == 0 and "passed" in p.stdout, p.stdout[-2000:]
+    p = _pytest(moved, target=f"file:{d / 'missing.py'}")
+    assert p.returncode == 1 and "missing.py" in p.stdout, p.stdout[-2000:]
 
 
 @pytest.mark.slow

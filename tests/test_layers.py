@@ -40,6 +40,8 @@ CONFORMANCE_LAYERS: tuple[tuple[str, ...], ...] = (
 )
 """Top first; one tuple per rank.  ``mutants`` (seeded faults: impl with one
 bug each) imports only impl and the model, like impl."""
+TOP = ("shmspec.conformance.cli", "shmspec.conformance.pytest_plugin")
+"""The two modules of the top layer: the command line and the pytest plugin."""
 RANK = {layer: i for i, rank in enumerate(CONFORMANCE_LAYERS) for layer in rank}
 PACKAGE_DIRS = {"model": "shmspec.model", "impl": "shmspec.impl", "conformance": "shmspec.conformance", "bench": "bench"}
 
@@ -99,14 +101,14 @@ def test_conformance_tree_is_the_layers():
     """Every module of conformance/ lives in a layer's sub-package (or is the
     CLI, the package's alias table, or the one ``python -m`` path kept)."""
     loose = sorted(p.name for p in (ROOT / "conformance").glob("*.py"))
-    assert loose == ["__init__.py", "cli.py", "spectests.py"]
+    assert loose == ["__init__.py", "cli.py", "pytest_plugin.py", "spectests.py"]
     subs = sorted(p.name for p in (ROOT / "conformance").iterdir() if p.is_dir() and (p / "__init__.py").exists())
     assert subs == sorted([*RANK.keys() - {"cli"}, "mutants"])
 
 
 def _wrong(me: str, names: list[str]) -> list[str]:
     """The imports among ``names`` that module ``me`` may not make."""
-    mine = "cli" if me == "shmspec.conformance.cli" else _layer_of(me)
+    mine = "cli" if me in TOP else _layer_of(me)
     bad = []
     for name in names:
         if mine is None or not _ours(name) or name == "shmspec":  # the root package: __version__, the API
@@ -115,7 +117,7 @@ def _wrong(me: str, names: list[str]) -> list[str]:
             if not name.startswith(("shmspec.impl", "shmspec.model", "shmspec.conformance.mutants")):
                 bad.append(f"{me} imports {name}")
             continue
-        theirs = "cli" if name == "shmspec.conformance.cli" else _layer_of(name)
+        theirs = "cli" if name in TOP else _layer_of(name)
         if theirs == "mutants":
             continue  # the seeded faults are data any command may load
         if name.startswith("shmspec.conformance.") and theirs is None:
@@ -188,10 +190,10 @@ def test_old_flat_paths_are_the_modules_at_their_layer():
 def test_the_tests_mirror_the_packages():
     """tests/model, tests/impl, tests/bench and tests/conformance/<layer>:
     each test folder under tests/conformance is a layer of the harness; at the
-    top only the cross-cutting tests (API, layer rule, regressions)."""
+    top only the cross-cutting tests (API, layer rule, the installed package, regressions)."""
     tests = ROOT / "tests"
     top = sorted(p.name for p in tests.glob("test_*.py"))
-    assert top == ["test_api.py", "test_layers.py", "test_regressions.py"]
+    assert top == ["test_api.py", "test_layers.py", "test_package.py", "test_regressions.py"]
     folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and list(p.rglob("test_*.py")))
     assert folders == ["bench", "conformance", "impl", "model"]
     layers = sorted(p.name for p in (tests / "conformance").iterdir() if p.is_dir() and list(p.glob("test_*.py")))

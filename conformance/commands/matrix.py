@@ -41,6 +41,7 @@ from rich.text import Text
 
 from shmspec.model.profile import profile_for_vllm
 
+from ..core import paths
 from ..core.constructions import Construction
 from ..core.documents import header
 from ..core.errors import ExitCode
@@ -52,6 +53,15 @@ COLUMNS: tuple[str, ...] = ALL_PROPERTIES
 FIRST_RELEASE = "0.11.0"
 """The first vLLM release with the store."""
 DEFAULT_REPORT_DIR = Path("reports") / "matrix"
+"""Where the matrix went before 2026-12-02 (relative to the current
+directory); the default is now :func:`default_report_dir` (``matrix/`` under
+:func:`..core.paths.report_root`)."""
+
+
+def default_report_dir() -> Path:
+    """``matrix/`` under the report root (the checkout's ``reports/``,
+    ``$SHMSPEC_REPORT_DIR`` or the user cache)."""
+    return paths.report_root() / "matrix"
 
 GATE_COMMAND: list[str] = [sys.executable, "-m", "shmspec.conformance.cli", "check"]
 """How a cell's gate is started (``--target``, ``--profile`` ... are appended);
@@ -498,7 +508,7 @@ def main(args, console, err) -> int:
         for e in res.errors:
             err.print(f"shmspec: error: {e}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR if res.errors else ExitCode.PASS
-    report_dir: Path = args.report_dir or DEFAULT_REPORT_DIR
+    report_dir: Path = args.report_dir or default_report_dir()
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
         clear_previous(report_dir)

@@ -22,6 +22,7 @@ from rich.text import Text
 
 from shmspec.model.properties import DESCRIPTIONS
 
+from ..core import paths
 from ..core.documents import header
 from ..core.results import GateResult, Violation
 
@@ -30,7 +31,11 @@ VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yello
                  "unknown": "bold yellow", "not-claimed": "cyan"}
 
 
-def report_json(result: GateResult, started: str, target_source: str | None = None) -> dict[str, Any]:
+def report_json(result: GateResult, started: str, target_source: str | None = None,
+                baseline: dict[str, Any] | None = None) -> dict[str, Any]:
+    """``report.json`` (schema ``shmspec.report/1``, reports/README.md);
+    ``baseline``: the ``baseline`` block (:func:`.outcomes.summary_json`),
+    None when the run was judged without one."""
     stats = result.property_counts()
     return {
         **header(SCHEMA, "check"),
@@ -71,6 +76,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "errors": [f"{c.name}: {c.error}" for c in result.campaigns if c.error],
         "violations": [{"id": f"V{i}", **v.to_json()} for i, v in enumerate(result.violations, 1)],
         "repro": "repro_test.py" if result.violations else None,
+        "baseline": baseline,
     }
 
 
@@ -287,13 +293,28 @@ def record_html(render: Callable[[Console], Any], width: int = 140, inline_style
     return rec.export_html(inline_styles=inline_styles)
 
 
+def record_text(render: Callable[[Console], Any], width: int = 120) -> str:
+    """The same recording console as :func:`record_html`, exported as plain
+    text (no colour): pytest failures, JUnit, logs."""
+    import io
+
+    rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False, color_system=None)
+    render(rec)
+    return rec.export_text()
+
+
+def violation_text(n: int, v: Violation, descriptions: dict[str, str] | None = None, width: int = 120) -> str:
+    """:func:`violation_panel` as plain text ``width`` columns wide."""
+    return record_text(lambda rec: rec.print(violation_panel(n, v, descriptions)), width)
+
+
 def write_report(result: GateResult, report_dir: Path, started: str | None = None,
-                 target_source: str | None = None) -> Path:
+                 target_source: str | None = None, baseline: dict[str, Any] | None = None) -> Path:
     """Write report.json, report.html and (when there are violations)
     repro_test.py into ``report_dir`` (created).  Returns the directory."""
     report_dir.mkdir(parents=True, exist_ok=True)
     started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
-    data = report_json(result, started, target_source)
+    data = report_json(result, started, target_source, baseline)
     (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     (report_dir / "report.html").write_text(record_html(lambda rec: render_console(rec, result, report_dir)))
     if result.violations:
@@ -301,7 +322,11 @@ def write_report(result: GateResult, report_dir: Path, started: str | None = Non
     return report_dir
 
 
-def default_report_dir(target: str, root: Path = Path("reports")) -> Path:
+def default_report_dir(target: str, root: Path | None = None) -> Path:
+    """``<root>/<time>-<target slug>`` (a suffix ``-2``, ``-3`` ... when it
+    exists); ``root`` defaults to :func:`..core.paths.report_root` (the
+    checkout's ``reports/``, ``$SHMSPEC_REPORT_DIR`` or the user cache)."""
+    root = paths.report_root() if root is None else root
     stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
     slug = re.sub(r"[^A-Za-z0-9.=_-]+", "_", target.rsplit("/", 1)[-1])[:60]
     path = root / f"{stamp}-{slug}"
@@ -323,19 +348,23 @@ def repro_source(result: GateResult, target_source: str | None) -> str:
     return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
 
 Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
-Run:    .venv/bin/python -m pytest repro_test.py   (any Python with shmspec installed)
-Each test replays one violation's steps against the same target (lockstep
-calls on the model and the target, or the exact schedule of writer and reader
+Run:    python -m pytest repro_test.py   (any Python with shmspec installed)
+        SHMSPEC_TARGET=file:patched_store.py python -m pytest repro_test.py
+        (another target: a patched store, or the same file on another machine)
+Each test replays one violation's steps against the target (lockstep calls on
+the model and the target, or the exact schedule of writer and reader
 processes) and fails while any property is still violated.
 """
 
 import json
+import os
 
 import pytest
 
 import shmspec
 
-TARGET = {target!r}
+RECORDED_TARGET = {target!r}
+TARGET = os.environ.get("SHMSPEC_TARGET") or RECORDED_TARGET
 CASES = json.loads(r"""
 {json.dumps(cases, indent=1)}
 """)
@@ -347,7 +376,7 @@ def test_counterexample_no_longer_violates(case):
     # controlled, the exact schedule; free, the same load re-run (the OS
     # interleaving is not replayed); faults and threads, the named scenario
     found = shmspec.replay(TARGET, case)
-    assert found is None, f"{{case['property']}} still violated: {{found}}"
+    assert found is None, f"{{case['property']}} still violated on {{TARGET}}: {{found}}"
 '''
 
 

@@ -26,6 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ShmspecError
+from ..core.paths import tla_dir
 
 TLC_EXIT = {0: "ok", 11: "deadlock", 12: "violation", 13: "liveness", 75: "evaluation error",
             150: "parse error", 151: "config error", 255: "error"}
@@ -43,8 +44,9 @@ class TlcError(ShmspecError, RuntimeError):
 
 
 def default_tla_dir() -> Path:
-    """The repository's ``tla/`` folder (next to ``conformance/``, two levels above this module)."""
-    return Path(__file__).resolve().parents[2] / "tla"
+    """The TLA+ spec's folder: the installed ``shmspec.tla`` package (the
+    repository's ``tla/``; :func:`..core.paths.tla_dir`)."""
+    return tla_dir()
 
 
 def find_jar() -> Path:

@@ -51,6 +51,7 @@ from types import ModuleType
 
 from shmspec.model.profile import IMPL, PROFILES, VLLM_0_11, VLLM_0_12, VLLM_0_15, VLLM_0_32, Profile, profile_for_vllm
 
+from ..core import paths
 from ..core.errors import ShmspecError, TargetError  # noqa: F401 - TargetError re-exported (its home before 2026-12-02)
 
 STORE_FILE = "vllm/distributed/device_communicators/shm_object_storage.py"
@@ -90,8 +91,7 @@ class LoadedTarget:
         return self.module.SingleWriterShmObjectStorage
 
 
-def cache_dir() -> Path:
-    return Path(os.environ.get("SHMSPEC_CACHE_DIR") or Path.home() / ".cache" / "shmspec")
+cache_dir = paths.cache_dir  # the old name (``$SHMSPEC_CACHE_DIR`` or the user cache)
 
 
 def _stand_ins() -> dict[str, ModuleType]:

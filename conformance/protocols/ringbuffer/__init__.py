@@ -20,12 +20,12 @@ campaigns are imported when first run).
 
 from __future__ import annotations
 
-from pathlib import Path
 from typing import Any
 
 from shmspec.model.properties import CHECKERS, PROPERTIES
 from shmspec.model.store import ACTIONS
 
+from ...core import paths
 from ...core.protocol import CampaignContext, StoreProtocol
 
 CONCURRENCY_MODES: tuple[str, ...] = ("controlled", "free", "off")
@@ -40,7 +40,7 @@ class RingBufferProtocol(StoreProtocol):
     properties = PROPERTIES
     actions = ACTIONS
     concurrency_modes = CONCURRENCY_MODES
-    tla_dir = Path(__file__).resolve().parents[3] / "tla"
+    tla_dir = paths.tla_dir()  # the shmspec.tla package (the repository's tla/)
     mutants = "shmspec.conformance.mutants"
     checkers = CHECKERS
     stated_in = "shmspec.model.properties:PROPERTIES"

@@ -1,0 +1,147 @@
+"""A run as a CI job sees it (conformance/reporting/outcomes.py): each
+property's status against a baseline of known findings, JUnit XML, the
+GitHub step summary, and ``shmspec check --baseline/--write-baseline/--junit``
+with their exit statuses.  On the toy register store (tests/toy_protocol.py):
+``toy:stale`` violates READ, ``toy:dup`` ONCE, ``toy:good`` neither; the
+ring buffer's own run is tests/conformance/test_pytest_plugin.py's."""
+
+from __future__ import annotations
+
+import json
+import xml.etree.ElementTree as ET
+
+import pytest
+
+import shmspec
+from shmspec.conformance.cli import main
+from shmspec.conformance.reporting.outcomes import Baseline, baseline_json, judge, junit_xml, step_summary
+
+
+@pytest.fixture(scope="module")
+def toy():
+    """The toy protocol, registered for this module's tests."""
+    import toy_protocol
+
+    from shmspec.conformance import protocols
+
+    protocols.register(toy_protocol.PROTOCOL)
+    yield toy_protocol.PROTOCOL
+    protocols.unregister(toy_protocol.PROTOCOL.name)
+
+
+@pytest.fixture(scope="module")
+def runs(toy, tmp_path_factory):
+    """The toy gate on each target, with its report directory (run once)."""
+    root = tmp_path_factory.mktemp("runs")
+    return {t: (shmspec.check(f"toy:{t}", report_dir=root / t), root / t) for t in ("good", "stale", "dup")}
+
+
+def _status(outcomes):
+    return {o.id: o.status for o in outcomes}
+
+
+def test_without_a_baseline_a_violation_fails_and_is_drawn(runs):
+    stale, _ = runs["stale"]
+    outcomes = judge(stale)
+    assert _status(outcomes) == {"READ": "failed", "ONCE": "passed"}
+    read = outcomes[0]
+    assert read.failing and read.violations == ["V1"] and read.statement.startswith("a get returns")
+    assert "READ" in read.text and "writer" in read.text and "get" in read.text and "\x1b[" not in read.text
+
+
+def test_a_baseline_makes_known_findings_known_and_tells_new_and_fixed(runs):
+    base = Baseline.load(runs["stale"][1] / "report.json")
+    assert base.known == {"READ"} and base.protocol == "toy" and base.target == "toy:stale"
+    assert _status(judge(runs["stale"][0], base)) == {"READ": "known", "ONCE": "passed"}
+    assert _status(judge(runs["good"][0], base)) == {"READ": "fixed", "ONCE": "passed"}
+    dup = _status(judge(runs["dup"][0], base))
+    assert dup["ONCE"] == "failed"  # the new finding still fails
+    assert not any(o.failing for o in judge(runs["stale"][0], base))
+
+
+def test_a_baseline_file_round_trips(runs, tmp_path):
+    path = tmp_path / "baseline.json"
+    path.write_text(json.dumps(baseline_json(runs["stale"][0])))
+    data = json.loads(path.read_text())
+    assert data["schema"] == "shmspec.baseline/1" and data["known"] == ["READ"] and data["protocol"] == "toy"
+    assert Baseline.load(path).known == {"READ"}
+
+
+@pytest.mark.parametrize("content, message", [
+    (None, "cannot read the baseline"),
+    ("{not json", "is not JSON"),
+    ('{"schema": "shmspec.model/2"}', "neither a report.json"),
+    ("[1, 2]", "neither a report.json"),
+])
+def test_a_bad_baseline_is_a_one_line_usage_error(tmp_path, content, message):
+    path = tmp_path / "b.json"
+    if content is not None:
+        path.write_text(content)
+    with pytest.raises(shmspec.UsageError, match=message) as exc:
+        Baseline.load(path)
+    assert "\n" not in str(exc.value)
+
+
+def test_a_baseline_of_another_protocol_is_refused(runs, tmp_path):
+    ring = Baseline(str(tmp_path / "r.json"), "ringbuffer", frozenset({"NRR"}))
+    with pytest.raises(shmspec.UsageError, match="protocol 'ringbuffer'"):
+        judge(runs["stale"][0], ring)
+
+
+def test_junit_has_one_testcase_per_property_and_tells_failed_from_known(runs):
+    stale, d = runs["stale"]
+    root = ET.fromstring(junit_xml(stale, judge(stale), d))
+    suite = root.find("testsuite")
+    assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("skipped") == "0"
+    cases = {c.get("name"): c for c in suite.iter("testcase")}
+    assert set(cases) == {"READ", "ONCE"} and cases["READ"].get("classname") == "shmspec.toy"
+    failure = cases["READ"].find("failure")
+    assert failure is not None and failure.get("message").startswith("READ: ") and "get" in failure.text
+    assert cases["ONCE"].find("failure") is None
+    props = {p.get("name"): p.get("value") for p in suite.find("properties")}
+    assert props["target"] == "toy:stale" and props["report_dir"] == str(d) and props["seed"] == "0"
+    known = ET.fromstring(junit_xml(stale, judge(stale, Baseline.load(d / "report.json")), d)).find("testsuite")
+    assert known.get("failures") == "0" and known.get("skipped") == "1"
+    assert next(known.iter("testcase")).find("skipped").get("type") == "known"
+
+
+def test_step_summary_is_a_markdown_table_with_the_new_findings(runs):
+    stale, d = runs["stale"]
+    md = step_summary(stale, judge(stale), d)
+    assert md.startswith("### shmspec check `toy:stale`: FAIL")
+    assert "| READ | **FAIL (new)** | V1 |" in md and "| ONCE | pass |  |" in md
+    assert "- **READ** (registers): " in md and "repro_test.py" in md and str(d) in md
+    assert "PASS" in step_summary(runs["good"][0], judge(runs["good"][0]), None).splitlines()[0]
+
+
+def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monkeypatch):
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    base, junit = tmp_path / "baseline.json", tmp_path / "j.xml"
+    assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r1"), "--junit", str(junit),
+                 "--write-baseline", str(base)]) == 1
+    assert json.loads(base.read_text())["known"] == ["READ"]
+    assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"
+    assert "| READ | **FAIL (new)** | V1 |" in summary.read_text()
+    # the same findings against that baseline: exit 0, and report.json says why
+    assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r2"), "--baseline", str(base)]) == 0
+    block = json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"]
+    assert block["still"] == ["READ"] and block["new"] == [] and block["source"] == str(base)
+    assert json.loads((tmp_path / "r2" / "report.json").read_text())["verdict"] == "fail"  # the truth is kept
+    # a new finding on top of the baseline fails again; a fixed one is told
+    assert main(["check", "--target", "toy:dup", "--report-dir", str(tmp_path / "r3"), "--baseline", str(base)]) == 1
+    assert json.loads((tmp_path / "r3" / "report.json").read_text())["baseline"]["new"] == ["ONCE"]
+    assert main(["check", "--target", "toy:good", "--report-dir", str(tmp_path / "r4"), "--baseline", str(base)]) == 0
+    assert json.loads((tmp_path / "r4" / "report.json").read_text())["baseline"]["fixed"] == ["READ"]
+    assert summary.read_text().count("### shmspec check") == 4  # appended, one section per run
+    # without a baseline the block is null
+    assert json.loads((tmp_path / "r1" / "report.json").read_text())["baseline"] is None
+
+
+def test_check_refuses_a_bad_baseline_before_running(toy, tmp_path, capsys):
+    bad = tmp_path / "b.json"
+    bad.write_text("{}")
+    assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r"), "--baseline", str(bad)]) == 2
+    assert not (tmp_path / "r").exists()
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("shmspec: error: the baseline") and "\n" not in err

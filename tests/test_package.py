@@ -1,0 +1,85 @@
+"""shmspec as an installed package (issue 15): the wheel carries the TLA+
+spec and configs, the seeded faults and the pytest plugin; installed into a
+fresh virtual environment and run from an empty folder, the commands work
+and write nothing there (reports go to the user cache)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+
+import pytest
+
+from helpers import ROOT
+
+pytestmark = pytest.mark.xdist_group("test_package")
+
+
+def _run(args, cwd, env, timeout=600):
+    return subprocess.run(args, cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def wheel(tmp_path_factory):
+    """A wheel built from a copy of the checkout's packaged folders (setuptools
+    writes build/ and *.egg-info beside the sources: not into the checkout)."""
+    out, src = tmp_path_factory.mktemp("wheel"), tmp_path_factory.mktemp("src") / "shmspec"
+    src.mkdir()
+    for name in ("pyproject.toml", "README.md"):
+        shutil.copy(ROOT / name, src / name)
+    for name in ("shmspec", "model", "impl", "conformance", "tla"):
+        shutil.copytree(ROOT / name, src / name, ignore=shutil.ignore_patterns("__pycache__"))
+    p = _run([sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", str(src), "-w", str(out)], cwd=src,
+             env={**os.environ, "PIP_DISABLE_PIP_VERSION_CHECK": "1"})
+    assert p.returncode == 0, p.stderr[-3000:]
+    (whl,) = out.glob("shmspec-*.whl")
+    return whl
+
+
+def test_the_wheel_carries_the_spec_the_faults_and_the_plugin(wheel):
+    import shmspec
+
+    names = zipfile.ZipFile(wheel).namelist()
+    assert wheel.name == f"shmspec-{shmspec.__version__}-py3-none-any.whl"  # the version from one place
+    assert "shmspec/tla/ShmStore.tla" in names
+    assert {n for n in names if n.startswith("shmspec/tla/MC")} == {
+        f"shmspec/tla/{p.name}" for p in (ROOT / "tla").glob("MC*.cfg")}
+    assert len([n for n in names if n.startswith("shmspec/tla/deep/MC")]) == len(list((ROOT / "tla" / "deep").glob("MC*.cfg")))
+    assert len([n for n in names if n.startswith("shmspec/conformance/mutants/")]) == len(
+        list((ROOT / "conformance" / "mutants").glob("*.py")))
+    entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
+    assert "[pytest11]\nshmspec = shmspec.conformance.pytest_plugin" in entry
+
+
+@pytest.mark.slow
+def test_installed_in_a_fresh_venv_the_commands_run_from_an_empty_folder(wheel, tmp_path):
+    venv, empty, cache = tmp_path / "venv", tmp_path / "empty", tmp_path / "cache"
+    empty.mkdir()
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("SHMSPEC_", "PYTEST_", "VIRTUAL_ENV"))}
+    env.update(XDG_CACHE_HOME=str(cache), PIP_DISABLE_PIP_VERSION_CHECK="1")
+    assert _run([sys.executable, "-m", "venv", str(venv)], empty, env).returncode == 0
+    bin_ = venv / "bin"
+    p = _run([str(bin_ / "python"), "-m", "pip", "install", "-q", str(wheel)], empty, env)
+    assert p.returncode == 0, p.stderr[-3000:]
+
+    def shmspec(*args):
+        return _run([str(bin_ / "shmspec"), *args], empty, env)
+
+    p = shmspec("mutants", "--list")
+    assert p.returncode == 0 and "early_free" in p.stdout, p.stderr
+    p = shmspec("prove")
+    assert p.returncode == 0 and "verdict: PASS" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    if shutil.which("java"):
+        p = shmspec("model", "--config", "MC_vllm_reread.cfg")  # the installed spec, TLC and the model
+        assert p.returncode == 0 and "verdict: OK" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    p = shmspec("check", "--concurrency", "off")
+    assert p.returncode == 0 and "verdict: PASS" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    p = _run([str(bin_ / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--shmspec-target=impl",
+              "--shmspec-concurrency=off"], empty, env)
+    assert p.returncode == 0 and " passed" in p.stdout, p.stdout[-3000:]
+    assert list(empty.iterdir()) == []  # nothing written to the current folder
+    reports = sorted(d.name.split("-", 2)[-1] for d in (cache / "shmspec" / "reports").iterdir())
+    assert reports == (["impl", "impl", "model", "prove"] if shutil.which("java") else ["impl", "impl", "prove"])
