@@ -9,6 +9,7 @@ import os
 import shutil
 import subprocess
 import sys
+import xml.etree.ElementTree as ET
 import zipfile
 
 import pytest
@@ -77,9 +78,13 @@ def test_installed_in_a_fresh_venv_the_commands_run_from_an_empty_folder(wheel, 
         assert p.returncode == 0 and "verdict: OK" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
     p = shmspec("check", "--concurrency", "off")
     assert p.returncode == 0 and "verdict: PASS" in p.stdout, p.stdout[-2000:] + p.stderr[-2000:]
+    junit = tmp_path / "j.xml"
     p = _run([str(bin_ / "python"), "-m", "pytest", "-q", "-p", "no:cacheprovider", "--shmspec-target=impl",
-              "--shmspec-concurrency=off"], empty, env)
+              "--shmspec-concurrency=off", f"--junitxml={junit}"], empty, env)
     assert p.returncode == 0 and " passed" in p.stdout, p.stdout[-3000:]
+    cases = {c.get("name"): [k.tag for k in c] for c in ET.parse(junit).getroot().iter("testcase")
+             if c.get("classname") == "shmspec.impl"}  # the property items, built as vLLM builds its writer
+    assert "NRR" in cases and "DUP" in cases and not any("failure" in k or "error" in k for k in cases.values())
     assert list(empty.iterdir()) == []  # nothing written to the current folder
     reports = sorted(d.name.split("-", 2)[-1] for d in (cache / "shmspec" / "reports").iterdir())
     assert reports == (["impl", "impl", "model", "prove"] if shutil.which("java") else ["impl", "impl", "prove"])
