@@ -267,7 +267,7 @@ def _check(args: argparse.Namespace) -> int:
     from .reporting import outcomes as judged
     from .reporting.report import default_report_dir, render_console, write_report
 
-    console = Console(stderr=False)
+    console = _stdout_console()
     err = Console(stderr=True)
     spec = _canonical_target(args.target)
     try:  # a bad baseline is found before minutes of work
@@ -287,16 +287,20 @@ def _check(args: argparse.Namespace) -> int:
     if problem:
         err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
-    with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), TextColumn("{task.completed}/{task.total}"),
-                  TimeElapsedColumn(), console=err, transient=True) as progress:
-        task = progress.add_task("campaigns", total=None)
+    run = dict(profile=args.profile, seed=args.seed, concurrency=args.concurrency, writer_lock=args.writer_lock,
+               start_method=args.start_method, readers=args.readers)
+    if err.is_terminal:  # a bar that redraws itself
+        with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
+                      TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
+                      transient=True) as progress:
+            task = progress.add_task("campaigns", total=None)
 
-        def on_progress(name: str, done: int, total: int) -> None:
-            progress.update(task, total=total, completed=done, description=f"campaign {name}")
+            def on_progress(name: str, done: int, total: int) -> None:
+                progress.update(task, total=total, completed=done, description=f"campaign {name}")
 
-        result = api.check(target, profile=args.profile, seed=args.seed, concurrency=args.concurrency,
-                           writer_lock=args.writer_lock, start_method=args.start_method, readers=args.readers,
-                           on_progress=on_progress)
+            result = api.check(target, on_progress=on_progress, **run)
+    else:  # a CI log: one line per campaign as it starts, with the time so far
+        result = api.check(target, on_progress=_progress_lines(err), **run)
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:
@@ -331,6 +335,30 @@ def _check(args: argparse.Namespace) -> int:
     if any(c.unknown for c in result.campaigns):
         return EXIT_UNKNOWN
     return EXIT_PASS
+
+
+def _progress_lines(err: Console) -> Callable[[str, int, int], None]:
+    """``on_progress`` for a console that is not a terminal: ``shmspec:
+    [  12.3 s] campaign 2/15 stale`` when a campaign starts, then ``shmspec:
+    [  85.0 s] campaigns done``."""
+    import time
+
+    t0 = time.monotonic()
+
+    def on_progress(name: str, done: int, total: int) -> None:
+        what = "campaigns done" if name == "done" else f"campaign {done + 1}/{total} {name}"
+        err.print(f"shmspec: [{time.monotonic() - t0:7.1f} s] {what}", markup=False, highlight=False)
+
+    return on_progress
+
+
+def _stdout_console() -> Console:
+    """The report's console: on a terminal, its width; in a log or a pipe,
+    ``$COLUMNS`` if set, else 160 columns (the summary keeps its statement
+    column, the lanes their width)."""
+    if sys.stdout.isatty() or os.environ.get("COLUMNS"):
+        return Console()
+    return Console(width=160)
 
 
 def model(args: argparse.Namespace) -> int:

@@ -101,6 +101,17 @@ def summary_table(result: GateResult, statements: bool = True) -> Table:
     return t
 
 
+def _broken(s: dict[str, Any]) -> str:
+    """The properties a step broke (``NRR, RC``), or ""."""
+    return ", ".join(dict.fromkeys(e["property"] for e in s.get("violations") or ()))
+
+
+def _mark(index: Any, s: dict[str, Any]) -> str:
+    """The ``#`` cell: ``✗ 11`` on a step that broke a property, so that the
+    step is marked without colour too (logs, plain text, screen readers)."""
+    return f"✗ {index}" if s.get("violations") else str(index)
+
+
 def steps_table(v: Violation) -> Table:
     t = Table(box=box.MINIMAL, show_edge=False, expand=False)
     for col in ("#", "process", "action", "args", "expected", "observed", "changed"):
@@ -108,8 +119,9 @@ def steps_table(v: Violation) -> Table:
     last = len(v.steps) - 1
     for i, s in enumerate(v.steps):
         bad = bool(s["violations"]) or i == last
+        observed = s["observed"] + (f"  ✗ breaks {_broken(s)}" if s["violations"] else "")
         t.add_row(
-            str(s["index"]), s["process"], s["action"], _short_args(s["args"]), s["expected"], s["observed"],
+            _mark(s["index"], s), s["process"], s["action"], _short_args(s["args"]), s["expected"], observed,
             _short_changed(s["changed"]), style="bold red" if bad and s["violations"] else None,
         )
     return t
@@ -132,16 +144,22 @@ def lanes_table(v: Violation) -> Table:
     the step that broke a property in bold red."""
     t, procs = _lane_table(v, "#")
     t.add_column("ring", overflow="fold")
+    stopped_at: dict[str, str] = {}  # process -> the yield point it stopped before (the step it runs next)
     for s in v.steps:
+        ran = stopped_at.pop(s["process"], None) if s["kind"] != "start" else None
+        if s["yield_point"]:
+            stopped_at[s["process"]] = s["yield_point"]
         if s["kind"] == "start":
             cell = f"{s['action']} {_short_args(s['args'])}".strip()
         else:
             cell = "…"
         cell += f" ▸ {s['yield_point']}" if s["yield_point"] else f" ⇒ {s['observed']}"
+        bad = bool(s["violations"])
+        if bad:  # the harm happened in the atomic step(s) this row ran: name them
+            cell += f"  ✗ breaks {_broken(s)}" + (f" in its {ran} step" if ran else " in its first step")
         row = ["" for _ in procs]
         row[procs.index(s["process"])] = cell
-        bad = bool(s["violations"])
-        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", style="bold red" if bad else None)
+        t.add_row(_mark(s["index"], s), *row, " ".join(s["ring"]) or "(empty)", style="bold red" if bad else None)
     return t
 
 
@@ -158,6 +176,8 @@ def history_table(v: Violation) -> Table:
             cell += f" (deserialized {', '.join(bad_des)})"
         row = ["" for _ in procs]
         row[procs.index(s["process"])] = cell
+        if s["violations"]:
+            row[procs.index(s["process"])] += f"  ✗ breaks {_broken(s)}"
         t.add_row(f"{s['invoke_us']}→{s['return_us']}", *row, style="bold red" if s["violations"] else None)
     return t
 
@@ -175,12 +195,15 @@ def spec_table(v: Violation) -> Table:
         cell = f"{s['action']} {_short_args(s['args'])}".strip() + (f" ⇒ {s['observed']}" if s["observed"] else "")
         if s["process"] in procs:
             row[procs.index(s["process"])] = cell
-        t.add_row(str(s["index"]), *row, " ".join(s["ring"]) or "(empty)", s.get("model", ""),
+        if s["violations"] and s["process"] in procs:
+            row[procs.index(s["process"])] += f"  ✗ breaks {_broken(s)}"
+        t.add_row(_mark(s["index"], s), *row, " ".join(s["ring"]) or "(empty)", s.get("model", ""),
                   style="bold red" if s["violations"] or s.get("model") == "departs" else None)
     return t
 
 
 LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resumed   ⇒ R: the operation returned R   "
+                "✗ breaks X in its S step: the atomic step S this row ran broke property X   "
                 "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
 
 

@@ -107,10 +107,18 @@ def test_vllm_version_before_the_store():
 
 
 @pytest.mark.slow
-def test_gate_passes_on_impl_ci_profile(tmp_path):
-    """The README's gate command, in-process: exit 0 and a complete report."""
+def test_gate_passes_on_impl_ci_profile(tmp_path, capsys, monkeypatch):
+    """The README's gate command, in-process: exit 0 and a complete report;
+    off a terminal (a CI log) one progress line per campaign as it starts and
+    the summary at 160 columns, statements kept."""
+    monkeypatch.delenv("COLUMNS", raising=False)
     rep = tmp_path / "report"
     assert main(["check", "--target", "impl", "--profile", "ci", "--report-dir", str(rep)]) == 0
+    out, err = capsys.readouterr()
+    lines = [ln for ln in err.splitlines() if ln.startswith("shmspec: [")]
+    assert lines[0].endswith("campaign 1/15 core") and lines[-1].endswith("campaigns done"), err
+    assert len(lines) == 16 and all(" s] " in ln for ln in lines)
+    assert "statement" in out and max(map(len, out.splitlines())) > 100, out[:2000]
     data = json.loads((rep / "report.json").read_text())
     assert data["schema"] == "shmspec.report/1"
     assert (data["target"], data["profile"], data["seed"], data["verdict"]) == ("impl", "ci", 0, "pass")

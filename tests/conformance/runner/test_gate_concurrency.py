@@ -60,6 +60,13 @@ def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_p
     assert data["violations"][0]["concurrency"] == "controlled"
     html = (rep / "report.html").read_text()
     assert "id@address:reads/promised" in html and "writer" in html  # the lanes and their legend
+    # the breaking step is marked and named without colour too: "✗ 5" and the atomic step that broke it
+    from shmspec.conformance.reporting.report import violation_text
+
+    text = violation_text(1, v, width=240)  # wide: the lane cell does not wrap
+    last = v.steps[-1]
+    assert f"✗ {last['index']}" in text and f"✗ breaks {prop} in its " in text, text
+    assert f"✗ {last['index']}" in html and "✗ breaks" in html
     # the repro replays the exact schedule and fails while the race stands
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(rep / "repro_test.py")],
                        capture_output=True, text=True, timeout=300)
