@@ -160,7 +160,7 @@ def prove(args: argparse.Namespace) -> int:
     if chunks < 1:
         Console(stderr=True).print("shmspec: error: --chunks must be at least 1", markup=False, highlight=False)
         return EXIT_ERROR
-    return run(Console(), Console(stderr=True), args.report_dir or default_report_dir("prove"), chunks, args.profile)
+    return run(_stdout_console(), Console(stderr=True), args.report_dir or default_report_dir("prove"), chunks, args.profile)
 
 
 def mutants(args: argparse.Namespace) -> int:
@@ -373,7 +373,7 @@ def model(args: argparse.Namespace) -> int:
     from .reporting.report import default_report_dir
     from .spec.tlc import TlcError
 
-    console, err = Console(), Console(stderr=True)
+    console, err = _stdout_console(), Console(stderr=True)
     report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")
     problem = _prepare_report_dir(report_dir)
     if problem:
