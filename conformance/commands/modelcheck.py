@@ -157,9 +157,10 @@ def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | N
         for j, (v, replay) in enumerate(o.counterexamples):
             n += 1
             if panels:
-                console.print(violation_panel(n, v))
+                console.print(violation_panel(n, v, expected=v.property in o.check.expected))
             else:
-                console.print(f"[bold]{o.check.config}[/] {v.property}: {v.message}\n  "
+                label = "expected: " if v.property in o.check.expected else "[red]UNEXPECTED[/] "
+                console.print(f"[bold]{o.check.config}[/] {label}{v.property}: {v.message}\n  "
                               + " → ".join(f"{s['action']}({s['process']})" for s in v.steps[1:]), soft_wrap=True)
             if replay.model_departs is not None:
                 console.print(f"[red]the model departs from TLC's trace at step {replay.model_departs}[/]")

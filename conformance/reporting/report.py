@@ -207,16 +207,21 @@ LANES_LEGEND = ("▸ P: the process stopped just before atomic step P   … resu
                 "ring: live chunks id@address:reads/promised (reader_count/writer_count)")
 
 
-def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = None) -> Panel:
+def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = None,
+                    expected: bool = False) -> Panel:
     """Violation ``V{n}``: its property (``descriptions``: id -> statement,
-    default the ring-buffer registry's), message, construction and trace."""
+    default the ring-buffer registry's), message, construction and trace.
+    ``expected``: a counterexample that was asked for (a TLC config that must
+    fail, ``shmspec model``), drawn in yellow and titled so, not in the red of
+    a failure."""
     descriptions = DESCRIPTIONS if descriptions is None else descriptions
     mode = f", concurrency {v.concurrency}" if v.concurrency != "off" else ""
     cause = getattr(v.exc, "cause", None)
     again = (f"  (finding {v.occurrence} of {v.property}: it fails at another step kind"
              + (f", {cause}," if cause else "") + " than the earlier ones)" if v.occurrence > 1 else "")
-    head = Text.assemble((f"{v.property}", "bold red"), f"  {descriptions.get(v.property, '')}{again}\n",
-                         (v.message, "red"),
+    colour = "yellow" if expected else "red"
+    head = Text.assemble((f"{v.property}", f"bold {colour}"), f"  {descriptions.get(v.property, '')}{again}\n",
+                         (v.message, colour),
                          f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
                          + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
@@ -229,7 +234,8 @@ def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = 
                                if v.shrink_complete is False else "")))
     table = {"controlled": lanes_table, "free": history_table, "spec": spec_table}.get(v.concurrency, steps_table)(v)
     parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
-    return Panel(Group(*parts), title=f"V{n}", border_style="red")
+    title = f"V{n} · expected counterexample (this config must fail {v.property})" if expected else f"V{n}"
+    return Panel(Group(*parts), title=title, border_style=colour)
 
 
 def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:

@@ -292,3 +292,22 @@ def test_run_tlc_times_the_search_and_stops_at_its_timeout():
     with pytest.raises(tlc.TlcError, match="ran past 0.5 s"):
         tlc.run_tlc(tlc.default_tla_dir() / "MC_impl.cfg", timeout=0.5)
     assert time.monotonic() - t0 < 10  # killed, not waited for
+
+
+@pytest.mark.slow
+@java
+def test_model_html_tells_expected_counterexamples_from_failures(outcomes):
+    """model.html: a counterexample a config asks for (``must fail``) is drawn
+    as expected, in yellow and titled so, not as a failure; the one-line form
+    says ``expected:`` too; a counterexample nobody asked for would be red."""
+    from shmspec.conformance.reporting.report import record_html, record_text, violation_panel
+
+    asked = [(o, v) for o in outcomes.values() for v, _ in o.counterexamples]
+    assert asked and all(v.property in o.check.expected for o, v in asked)
+    html = record_html(lambda rec: modelcheck.render(rec, list(outcomes.values()), None))
+    assert html.count("expected counterexample (this config must fail") == len(asked)
+    assert "UNEXPECTED" not in html
+    lines = record_text(lambda rec: modelcheck.render(rec, list(outcomes.values()), None, panels=False), 200)
+    assert lines.count(" expected: ") == len(asked) and "UNEXPECTED" not in lines
+    _, v = asked[0]
+    assert "expected counterexample" not in record_text(lambda rec: rec.print(violation_panel(1, v)))
