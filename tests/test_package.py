@@ -88,3 +88,22 @@ def test_installed_in_a_fresh_venv_the_commands_run_from_an_empty_folder(wheel, 
     assert list(empty.iterdir()) == []  # nothing written to the current folder
     reports = sorted(d.name.split("-", 2)[-1] for d in (cache / "shmspec" / "reports").iterdir())
     assert reports == (["impl", "impl", "model", "prove"] if shutil.which("java") else ["impl", "impl", "prove"])
+
+
+def test_the_github_workflow_runs_commands_that_exist():
+    """.github/workflows/shmspec.yml (a recipe; GitHub runs it, our CI does
+    not): every ``shmspec`` command in it parses with the CLI's own parser,
+    and each job uploads its reports."""
+    import re
+    import shlex
+
+    from shmspec.conformance.cli import build_parser
+
+    text = (ROOT / ".github" / "workflows" / "shmspec.yml").read_text()
+    runs = [m.strip() for m in re.findall(r"^\s+(?:- )?run: (shmspec .+)$", text, flags=re.M)]
+    assert len(runs) >= 5, runs
+    for line in runs:
+        args = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "7", line))[1:]
+        build_parser().parse_args(args)  # exits 2 (SystemExit) on an unknown flag or value
+        assert "--report-dir" in args, line  # reports where the artifact step finds them, never the cwd
+    assert text.count("actions/upload-artifact@") == text.count("runs-on:")
