@@ -3,6 +3,7 @@ conftest.py puts tests/ on sys.path).  Fixtures live in conftest.py."""
 
 from __future__ import annotations
 
+from html.parser import HTMLParser
 from pathlib import Path
 
 import pytest
@@ -32,3 +33,37 @@ def run_campaign(spec: str, campaign, writer_lock: bool = False):
     from shmspec.conformance.runner import gate
     return gate._run_campaign(load_or_skip(spec), campaign, gate.GATE_PROFILES["ci"], 0,
                               SessionConfig(writer_lock=writer_lock))
+
+
+class Dom(HTMLParser):
+    """The page's title, its links, and the text under each element id."""
+
+    def __init__(self, text: str):
+        super().__init__()
+        self.title, self.links, self.by_id, self._open, self._in_title = "", [], {}, [], False
+        self.feed(text)
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "title":
+            self._in_title = True
+        if tag == "a" and "href" in a:
+            self.links.append(a["href"])
+        if "id" in a:
+            self.by_id[a["id"]] = ""
+        self._open.append((tag, a.get("id")))
+
+    def handle_endtag(self, tag):
+        if tag == "title":
+            self._in_title = False
+        while self._open:
+            t, _ = self._open.pop()
+            if t == tag:
+                break
+
+    def handle_data(self, data):
+        if self._in_title:
+            self.title += data
+        for _, i in self._open:
+            if i is not None:
+                self.by_id[i] += data

@@ -311,14 +311,18 @@ def save_console_html(path: Path, renderables: list[Any], width: int) -> Path:
     return path
 
 
-def record_html(render: Callable[[Console], Any], width: int = 140, inline_styles: bool = True) -> str:
+def record_html(render: Callable[[Console], Any], width: int = 140, inline_styles: bool = True,
+                code_format: str | None = None) -> str:
     """The one recording console: ``render(console)`` on a console ``width``
     columns wide that writes nothing, and rich's HTML export of what it
-    printed (report.html, model.html, matrix.html, mutants.html)."""
+    printed (report.html, model.html, matrix.html, mutants.html);
+    ``code_format``: rich's template for the export (default: a whole page)."""
     import io
 
     rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False)
     render(rec)
+    if code_format is not None:
+        return rec.export_html(inline_styles=inline_styles, code_format=code_format)
     return rec.export_html(inline_styles=inline_styles)
 
 
@@ -345,7 +349,13 @@ def write_report(result: GateResult, report_dir: Path, started: str | None = Non
     started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     data = report_json(result, started, target_source, baseline)
     (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
-    (report_dir / "report.html").write_text(record_html(lambda rec: render_console(rec, result, report_dir)))
+    from .page import page  # noqa: PLC0415
+
+    console = record_html(lambda rec: render_console(rec, result, report_dir))
+    panels = [record_html(lambda rec, i=i, v=v: rec.print(violation_panel(i, v, result.descriptions)),
+                          code_format="<pre class='rich'>{code}</pre>")
+              for i, v in enumerate(result.violations, 1)]
+    (report_dir / "report.html").write_text(page(result, report_dir, console, panels, started))
     if result.violations:
         (report_dir / "repro_test.py").write_text(repro_source(result, target_source))
     return report_dir

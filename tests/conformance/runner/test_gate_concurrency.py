@@ -67,6 +67,12 @@ def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_p
     last = v.steps[-1]
     assert f"✗ {last['index']}" in text and f"✗ breaks {prop} in its " in text, text
     assert f"✗ {last['index']}" in html and "✗ breaks" in html
+    from helpers import Dom
+
+    dom = Dom(html)  # the page: the list links to the violation's section, which marks and names the step
+    assert "#V1" in dom.links and f"Broken at step {last['index']}" in dom.by_id["V1"]
+    assert "✗ breaks" in dom.by_id["V1"]  # (its lane cell wraps at 140 columns: named in full above)
+    assert "repro_test.py" in dom.by_id["V1"]
     # the repro replays the exact schedule and fails while the race stands
     p = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", str(rep / "repro_test.py")],
                        capture_output=True, text=True, timeout=300)
