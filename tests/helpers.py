@@ -67,3 +67,25 @@ class Dom(HTMLParser):
         for _, i in self._open:
             if i is not None:
                 self.by_id[i] += data
+
+
+def browser() -> str | None:
+    """A headless browser on PATH (chromium, chromium-browser, google-chrome), or None."""
+    import shutil
+
+    return next((b for b in ("chromium", "chromium-browser", "google-chrome") if shutil.which(b)), None)
+
+
+def browser_dom(page: Path, screenshot: Path | None = None) -> str:
+    """``page`` rendered by the headless browser: the DOM it built
+    (``--dump-dom``), and a screenshot when asked."""
+    import subprocess
+
+    exe = browser()
+    assert exe is not None
+    flags = ["--headless", "--no-sandbox", "--disable-gpu", "--window-size=1400,1800"]
+    if screenshot is not None:
+        subprocess.run([exe, *flags, f"--screenshot={screenshot}", page.as_uri()], capture_output=True,
+                       timeout=120, check=True)
+    return subprocess.run([exe, *flags, "--dump-dom", page.as_uri()], capture_output=True, text=True, timeout=120,
+                          check=True).stdout

@@ -113,3 +113,28 @@ def test_free_running_campaign_reports_history_in_lanes(tmp_path):
     case = json.loads((rep / "report.json").read_text())["violations"][0]
     assert case["config"]["seed"] == result.seed and case["config"]["free_seconds"] > 0
     assert "invoke→return" in (rep / "report.html").read_text()
+
+
+@pytest.mark.slow
+def test_a_browser_renders_a_controlled_schedule_finding(tmp_path):
+    """report.html of a controlled-schedule violation, opened in a headless
+    browser (chromium; .ci/run installs it where apt can): the DOM it
+    builds has the violation list linking to the section, the marked and
+    named breaking step and the replay command, and the page is drawn."""
+    from helpers import Dom, browser, browser_dom
+
+    if browser() is None:
+        pytest.skip("no headless browser on PATH (apt install chromium)")
+    target = load_file(VARIANTS_DIR / "count_before_validate.py")
+    result = _controlled(target)
+    assert result.violations and result.violations[0].concurrency == "controlled"
+    rep = write_report(result, tmp_path / "report", target_source=str(target.source))
+    shot = tmp_path / "page.png"
+    dom = Dom(browser_dom(rep / "report.html", screenshot=shot))
+    assert dom.title.startswith("shmspec check file:") and dom.title.endswith(": FAIL")
+    assert "#V1" in dom.links and "RC" in dom.by_id["violations"]
+    last = result.violations[0].steps[-1]
+    section = dom.by_id["V1"]
+    assert f"Broken at step {last['index']}" in section and f"✗ {last['index']}" in section and "✗ breaks" in section
+    assert f"python -m pytest {rep}/repro_test.py" in section
+    assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
