@@ -312,7 +312,8 @@ def _check(args: argparse.Namespace) -> int:
     try:
         write_report(result, report_dir, started, source, block)
         if args.junit is not None:
-            args.junit.write_text(judged.junit_xml(result, outcomes, report_dir))
+            args.junit.write_text(judged.junit_xml(result, outcomes, report_dir,
+                                                   baseline.source if baseline else None))
         if args.write_baseline is not None:
             args.write_baseline.write_text(json.dumps(judged.baseline_json(result), indent=2) + "\n")
         if os.environ.get("GITHUB_STEP_SUMMARY"):  # a GitHub Actions job: its summary page
@@ -323,9 +324,16 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     render_console(console, result, report_dir)
     if block is not None:
-        console.print(f"baseline {baseline.source}: new {', '.join(block['new']) or 'none'}; known (not failing) "
-                      f"{', '.join(block['still']) or 'none'}; fixed {', '.join(block['fixed']) or 'none'}",
-                      markup=False, highlight=False)
+        console.print(f"baseline {baseline.source}: new (failing the run) {', '.join(block['new']) or 'none'}; "
+                      f"known (still violated, reported, not failing) {', '.join(block['still']) or 'none'}; "
+                      f"fixed (known, now passing) {', '.join(block['fixed']) or 'none'}", markup=False,
+                      highlight=False)
+        if not block["new"] and block["still"]:
+            console.print("every violation above is a known finding: exit status 0 (the verdict stays FAIL in "
+                          "report.json)", markup=False, highlight=False)
+    for flag, path in (("junit", args.junit), ("baseline", args.write_baseline)):
+        if path is not None:
+            console.print(f"wrote {flag}: {path}", markup=False, highlight=False)
     # as the verdict (GateResult.verdict), known findings aside: a new one,
     # then a crashed campaign, then a budget that ran out
     if any(o.status == "failed" for o in outcomes):

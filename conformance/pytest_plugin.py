@@ -38,6 +38,8 @@ import fcntl
 import hashlib
 import json
 import os
+import shlex
+import sys
 import tempfile
 from pathlib import Path
 from typing import Any
@@ -103,7 +105,10 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
     gate = GateCollector.from_parent(session, name=name, nodeid=name)
     gate.property_ids = protocol.property_ids
     gate.campaign_names = [c.name for c in protocol.campaigns(mode)]
-    items.extend(gate.collect())
+    new = gate.collect()
+    items.extend(new)
+    # counted as collected ("collected N items", --collect-only): the report a collector's run would give
+    config.hook.pytest_collectreport(report=pytest.CollectReport(gate.nodeid, "passed", None, new))
 
 
 class GateCollector(pytest.Collector):
@@ -137,7 +142,8 @@ class PropertyItem(_GateItem):
         data = self._outcome()
         o = data["outcomes"][self.name]
         self.user_properties.append(("shmspec_status", o["status"]))
-        where = f"\n(report: {data['report_dir']}; replay: python -m pytest {data['report_dir']}/repro_test.py)"
+        where = (f"\n(report: {data['report_dir']}; replay: {shlex.quote(sys.executable)} -m pytest "
+                 f"{shlex.quote(data['report_dir'] + '/repro_test.py')})")
         if o["status"] == "failed":
             pytest.fail(f"{self.name} violated on {data['target']}: {o['statement']}\n{o['text']}{where}",
                         pytrace=False)

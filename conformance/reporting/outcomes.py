@@ -149,7 +149,8 @@ def judge(result: GateResult, baseline: Baseline | None = None, width: int = 120
             text = "; ".join(f"not claimed by the target's contract: {c.not_claimed[p.id]}" for c in result.campaigns
                              if p.id in c.not_claimed)
         else:
-            status, text = "skipped", f"not checked by the {result.profile} profile's campaigns"
+            status, text = "skipped", (f"not checked by this run's campaigns (gate profile {result.profile}, "
+                                       f"concurrency {result.concurrency})")
         out.append(PropertyOutcome(p.id, p.statement, verdict, status, [ids[id(v)] for v in mine], text,
                                    counts[p.id][2]))
     return out
@@ -164,9 +165,11 @@ def summary_json(outcomes: list[PropertyOutcome], baseline: Baseline | None) -> 
             "fixed": [o.id for o in outcomes if o.status == "fixed"]}
 
 
-def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: Path | None = None) -> str:
+def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: Path | None = None,
+              baseline_source: str | None = None) -> str:
     """JUnit XML: one ``testsuite`` per run, one ``testcase`` per property
-    (``classname`` ``shmspec.<protocol>``, ``name`` the property id).
+    (``classname`` ``shmspec.<target>``, as the pytest plugin's items,
+    ``name`` the property id).
     ``failed``: a ``failure`` with the drawn violations; ``unknown``: an
     ``error``; ``known`` and ``skipped``: ``skipped`` with the reason."""
     suite = ET.Element("testsuite", name=f"shmspec check {result.target}", tests=str(len(outcomes)),
@@ -181,7 +184,7 @@ def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: P
                         ("report_dir", str(report_dir) if report_dir else "")):
         ET.SubElement(props, "property", name=name, value=value)
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname=f"shmspec.{result.protocol}", name=o.id,
+        case = ET.SubElement(suite, "testcase", classname=f"shmspec.{result.target}", name=o.id,
                              time=f"{o.seconds:.3f}")
         if o.status == "failed":
             first = next(v for v in result.violations if v.property == o.id)
@@ -189,8 +192,8 @@ def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: P
         elif o.status == "unknown":
             ET.SubElement(case, "error", message=o.text, type="unknown").text = o.text
         elif o.status == "known":
-            ET.SubElement(case, "skipped", message=f"known finding (baseline): {', '.join(o.violations)}",
-                          type="known").text = o.text
+            ET.SubElement(case, "skipped", message=f"known finding (baseline {baseline_source}): "
+                          f"{', '.join(o.violations)}", type="known").text = o.text
         elif o.status == "skipped":
             ET.SubElement(case, "skipped", message=o.text, type="skipped")
         ET.SubElement(case, "system-out").text = o.statement

@@ -46,8 +46,12 @@ def decoded_payloads(text: str) -> list[tuple[str, str]]:
 
 
 def _replay_command(report_dir: Path | None, n: int, v: Violation) -> str:
+    import shlex
+    import sys
+
     where = f"{report_dir}/repro_test.py" if report_dir is not None else "repro_test.py"
-    return f'python -m pytest {where} -k "V{n}-{v.property}"'
+    # the interpreter that ran the gate: the one with shmspec installed (a bare `python` may not have it)
+    return f'{shlex.quote(sys.executable)} -m pytest {shlex.quote(where)} -k "V{n}-{v.property}"'
 
 
 def page(result: GateResult, report_dir: Path | None, console_html: str,

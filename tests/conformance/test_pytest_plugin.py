@@ -58,7 +58,7 @@ def test_inert_without_a_target(folder):
 
 def test_one_item_per_property_and_campaign_junit_and_the_drawn_trace(folder):
     p = pytest_run(folder, "--shmspec-target=toy:stale", "--junitxml=j.xml", "-v")
-    assert p.returncode == 1, p.stdout
+    assert p.returncode == 1 and "collected 3 items" in p.stdout, p.stdout
     for line in ("shmspec/toy:stale::READ FAILED", "shmspec/toy:stale::ONCE PASSED",
                  "shmspec/toy:stale::campaign::registers PASSED"):
         assert line in p.stdout, p.stdout
@@ -76,6 +76,7 @@ def test_collect_only_runs_nothing_and_k_and_x_select(folder, tmp_path):
     reports = tmp_path / "r"
     p = pytest_run(folder, "--shmspec-target=toy:stale", "--collect-only", "-q", reports=reports)
     assert p.returncode == 0 and "shmspec/toy:stale::READ" in p.stdout and not reports.exists(), p.stdout
+    assert "3 tests collected" in p.stdout, p.stdout  # counted as collected, not only run
     p = pytest_run(folder, "--shmspec-target=toy:stale", "-k", "ONCE", reports=reports)
     assert p.returncode == 0 and "1 passed, 2 deselected" in p.stdout, p.stdout
     p = pytest_run(folder, "--shmspec-target=toy:stale", "-x", reports=reports)

@@ -94,15 +94,17 @@ def test_junit_has_one_testcase_per_property_and_tells_failed_from_known(runs):
     suite = root.find("testsuite")
     assert suite.get("tests") == "2" and suite.get("failures") == "1" and suite.get("skipped") == "0"
     cases = {c.get("name"): c for c in suite.iter("testcase")}
-    assert set(cases) == {"READ", "ONCE"} and cases["READ"].get("classname") == "shmspec.toy"
+    assert set(cases) == {"READ", "ONCE"} and cases["READ"].get("classname") == "shmspec.toy:stale"
     failure = cases["READ"].find("failure")
     assert failure is not None and failure.get("message").startswith("READ: ") and "get" in failure.text
     assert cases["ONCE"].find("failure") is None
     props = {p.get("name"): p.get("value") for p in suite.find("properties")}
     assert props["target"] == "toy:stale" and props["report_dir"] == str(d) and props["seed"] == "0"
-    known = ET.fromstring(junit_xml(stale, judge(stale, Baseline.load(d / "report.json")), d)).find("testsuite")
+    base = Baseline.load(d / "report.json")
+    known = ET.fromstring(junit_xml(stale, judge(stale, base), d, base.source)).find("testsuite")
     assert known.get("failures") == "0" and known.get("skipped") == "1"
-    assert next(known.iter("testcase")).find("skipped").get("type") == "known"
+    skipped = next(known.iter("testcase")).find("skipped")
+    assert skipped.get("type") == "known" and skipped.get("message") == f"known finding (baseline {base.source}): V1"
 
 
 def test_step_summary_is_a_markdown_table_with_the_new_findings(runs):

@@ -6,6 +6,8 @@ standard library's HTML parser.  The page of a controlled-schedule finding
 
 from __future__ import annotations
 
+import sys
+
 import pytest
 
 import shmspec
@@ -36,7 +38,7 @@ def test_the_page_has_a_title_a_violation_list_and_a_section_per_violation(stale
     section = dom.by_id["V1"]
     assert "READ: a get returns the value its key was first put with" in section
     assert "Broken at step 2 (writer get)" in section and "✗ 2" in section and "✗ breaks READ" in section
-    assert f'python -m pytest {d}/repro_test.py -k "V1-READ"' in section
+    assert f'{sys.executable} -m pytest {d}/repro_test.py -k "V1-READ"' in section  # the interpreter with shmspec
     assert "contract (model profile) toy" in dom.by_id["run"] and "seed 0" in dom.by_id["run"]
     assert "verdict: FAIL" in dom.by_id["console"]  # the whole console report follows
 

@@ -136,5 +136,5 @@ def test_a_browser_renders_a_controlled_schedule_finding(tmp_path):
     last = result.violations[0].steps[-1]
     section = dom.by_id["V1"]
     assert f"Broken at step {last['index']}" in section and f"✗ {last['index']}" in section and "✗ breaks" in section
-    assert f"python -m pytest {rep}/repro_test.py" in section
+    assert f"{sys.executable} -m pytest {rep}/repro_test.py" in section
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
