@@ -265,7 +265,7 @@ def _check(args: argparse.Namespace) -> int:
     from . import protocols
     from .core.errors import TargetError, UsageError
     from .reporting import outcomes as judged
-    from .reporting.report import default_report_dir, render_console, write_report
+    from .reporting.report import default_report_dir, render_console
 
     console = _stdout_console()
     err = Console(stderr=True)
@@ -304,13 +304,7 @@ def _check(args: argparse.Namespace) -> int:
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:
-        outcomes = judged.judge(result, baseline)
-    except UsageError as exc:  # a baseline of another protocol
-        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_ERROR
-    block = judged.summary_json(outcomes, baseline) if baseline is not None else None
-    try:
-        write_report(result, report_dir, started, source, block)
+        outcomes = judged.judge_and_report(result, report_dir, started, source, baseline)
         if args.junit is not None:
             args.junit.write_text(judged.junit_xml(result, outcomes, report_dir,
                                                    baseline.source if baseline else None))
@@ -319,9 +313,13 @@ def _check(args: argparse.Namespace) -> int:
         if os.environ.get("GITHUB_STEP_SUMMARY"):  # a GitHub Actions job: its summary page
             with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
                 f.write(judged.step_summary(result, outcomes, report_dir))
+    except UsageError as exc:  # a baseline of another protocol
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     except OSError as exc:
         err.print(f"shmspec: error: cannot write the report: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
+    block = judged.summary_json(outcomes, baseline) if baseline is not None else None
     render_console(console, result, report_dir)
     if block is not None:
         console.print(f"baseline {baseline.source}: new (failing the run) {', '.join(block['new']) or 'none'}; "

@@ -82,18 +82,17 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
         return
     from . import protocols
     from .core.errors import ShmspecError
-    from .runner.gate import GATE_PROFILES
+    from .runner.gate import concurrency_for
 
     try:
         name, _ = protocols.split_spec(opts["target"])
         protocol = protocols.get(name)
     except ShmspecError as exc:
         raise pytest.UsageError(f"--shmspec-target: {exc}") from None
-    gp = GATE_PROFILES[opts["profile"]]
-    mode = opts["concurrency"] or (gp.concurrency if gp.concurrency in protocol.concurrency_modes else "off")
-    if mode not in protocol.concurrency_modes:
-        raise pytest.UsageError(f"--shmspec-concurrency: the {protocol.name} protocol has no {mode!r} "
-                                f"(choose from {', '.join(protocol.concurrency_modes)})")
+    try:
+        mode = concurrency_for(protocol, opts["profile"], opts["concurrency"])
+    except ValueError as exc:
+        raise pytest.UsageError(f"--shmspec-concurrency: {exc} for the {protocol.name} protocol") from None
     if opts["baseline"]:  # a bad baseline is a usage error now, not after minutes of work
         from .reporting.outcomes import Baseline
 
@@ -210,7 +209,7 @@ def _run(opts: dict[str, Any]) -> dict[str, Any]:
     from . import protocols
     from .core.errors import ShmspecError
     from .reporting import outcomes as judged
-    from .reporting.report import default_report_dir, write_report
+    from .reporting.report import default_report_dir
 
     started = dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds")
     try:
@@ -221,9 +220,8 @@ def _run(opts: dict[str, Any]) -> dict[str, Any]:
     except ShmspecError as exc:
         return {"error": str(exc)}
     report_dir = Path(opts["report_dir"]) if opts["report_dir"] else default_report_dir(opts["target"])
-    judged_ = judged.judge(result, baseline)
-    write_report(result, report_dir, started, str(target.source) if getattr(target, "source", None) else None,
-                 judged.summary_json(judged_, baseline) if baseline else None)
+    judged_ = judged.judge_and_report(result, report_dir, started,
+                                      str(target.source) if getattr(target, "source", None) else None, baseline)
     return {
         "target": result.target, "report_dir": str(report_dir), "verdict": result.verdict,
         "baseline": baseline.source if baseline else None,

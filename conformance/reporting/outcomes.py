@@ -165,6 +165,24 @@ def summary_json(outcomes: list[PropertyOutcome], baseline: Baseline | None) -> 
             "fixed": [o.id for o in outcomes if o.status == "fixed"]}
 
 
+def judge_and_report(result: GateResult, report_dir: Path, started: str | None, target_source: str | None,
+                     baseline: Baseline | None = None) -> list[PropertyOutcome]:
+    """:func:`judge` the run, then write its report (report.json with the
+    ``baseline`` block when judged against one): what ``shmspec check`` and
+    the pytest plugin both do.
+
+    Raises:
+        UsageError: the baseline is of another store protocol (nothing written).
+        OSError: the report cannot be written.
+    """
+    from .report import write_report  # noqa: PLC0415
+
+    outcomes = judge(result, baseline)
+    write_report(result, report_dir, started, target_source,
+                 summary_json(outcomes, baseline) if baseline is not None else None)
+    return outcomes
+
+
 def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: Path | None = None,
               baseline_source: str | None = None) -> str:
     """JUnit XML: one ``testsuite`` per run, one ``testcase`` per property
@@ -228,5 +246,6 @@ def step_summary(result: GateResult, outcomes: list[PropertyOutcome], report_dir
     return "\n".join(lines) + "\n"
 
 
-__all__ = ["BASELINE_SCHEMA", "Baseline", "FAILING", "PropertyOutcome", "baseline_json", "judge", "junit_xml",
+__all__ = ["BASELINE_SCHEMA", "Baseline", "FAILING", "PropertyOutcome", "baseline_json", "judge", "judge_and_report",
+           "junit_xml",
            "step_summary", "summary_json"]

@@ -317,10 +317,7 @@ def record_html(render: Callable[[Console], Any], width: int = 140, inline_style
     columns wide that writes nothing, and rich's HTML export of what it
     printed (report.html, model.html, matrix.html, mutants.html);
     ``code_format``: rich's template for the export (default: a whole page)."""
-    import io
-
-    rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False)
-    render(rec)
+    rec = _recording(render, width)
     if code_format is not None:
         return rec.export_html(inline_styles=inline_styles, code_format=code_format)
     return rec.export_html(inline_styles=inline_styles)
@@ -329,11 +326,17 @@ def record_html(render: Callable[[Console], Any], width: int = 140, inline_style
 def record_text(render: Callable[[Console], Any], width: int = 120) -> str:
     """The same recording console as :func:`record_html`, exported as plain
     text (no colour): pytest failures, JUnit, logs."""
+    return _recording(render, width).export_text(styles=False)
+
+
+def _recording(render: Callable[[Console], Any], width: int) -> Console:
+    """A console ``width`` columns wide that records and writes nothing,
+    after ``render(console)``."""
     import io
 
-    rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False, color_system=None)
+    rec = Console(record=True, width=width, file=io.StringIO(), force_terminal=False)
     render(rec)
-    return rec.export_text()
+    return rec
 
 
 def violation_text(n: int, v: Violation, descriptions: dict[str, str] | None = None, width: int = 120) -> str:

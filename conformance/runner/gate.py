@@ -116,6 +116,23 @@ def seed_only():
         providers._get_local_constants = saved
 
 
+def concurrency_for(protocol: Any, profile: str, concurrency: str | None) -> str:
+    """The concurrency mode a run uses: ``concurrency``, or (None) the gate
+    profile's where the protocol has that mode, else ``off``.
+
+    Raises:
+        KeyError: unknown gate profile.
+        ValueError: a concurrency mode the protocol has not.
+    """
+    if concurrency is None:
+        concurrency = GATE_PROFILES[profile].concurrency
+        concurrency = concurrency if concurrency in protocol.concurrency_modes else "off"
+    if concurrency not in protocol.concurrency_modes:
+        raise ValueError(f"unknown concurrency mode {concurrency!r} "
+                         f"(choose from {', '.join(protocol.concurrency_modes)})")
+    return concurrency
+
+
 def run_gate(
     target: LoadedTarget,
     profile: str = "ci",
@@ -143,11 +160,7 @@ def run_gate(
     """
     protocol = protocol_of(target)
     gp = GATE_PROFILES[profile]
-    if concurrency is None:  # the profile's, or off where the protocol has not that mode
-        concurrency = gp.concurrency if gp.concurrency in protocol.concurrency_modes else "off"
-    if concurrency not in protocol.concurrency_modes:
-        raise ValueError(f"unknown concurrency mode {concurrency!r} "
-                         f"(choose from {', '.join(protocol.concurrency_modes)})")
+    concurrency = concurrency_for(protocol, profile, concurrency)
     base = protocol.base_campaigns() if campaigns is None else campaigns
     campaigns = tuple(base) + tuple(protocol.concurrent_campaigns(concurrency))
     if first_finding_only:
