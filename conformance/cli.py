@@ -72,6 +72,17 @@ def build_parser() -> argparse.ArgumentParser:
                         "draws (controlled), freely under load with a linearizability check (free), or not at all "
                         "(off); default: the profile's (controlled)")
     c.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci, random otherwise)")
+    c.add_argument("--seeds", type=int, default=None, metavar="K",
+                   help="seed units: run the gate once per seed, K seeds derived from --seed (default: the "
+                        "profile's: 1, deep 8); findings merged, docs/gate.md#seed-units")
+    c.add_argument("--workers", type=int, default=1, metavar="N",
+                   help="run the seed units in N parallel processes (default 1; the findings do not depend on N)")
+    c.add_argument("--shard", default=None, metavar="I/N",
+                   help="run only shard I of N of the seed units (CI jobs splitting a deep run; needs --seed "
+                        "on dev and deep)")
+    c.add_argument("--example-db", default=None, metavar="DB",
+                   help="Hypothesis example database: a directory, github:OWNER/REPO (CI artifacts, read-only, "
+                        "over the local cache) or none; default: none for ci, <cache>/examples for dev and deep")
     c.add_argument("--writer-lock", action="store_true",
                    help="build the writer with the readers' lock too (default: without, as vLLM builds it)")
     c.add_argument("--start-method", default="fork", choices=START_METHODS,
@@ -102,6 +113,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for model.json and model.html (default <reports>/<time>-model)")
     m.add_argument("--target", default=None,
                    help="also replay every counterexample on this store (impl, file:PATH, vllm==X.Y.Z)")
+    m.add_argument("--workers", default="1", metavar="N",
+                   help="TLC worker threads for the runs that must hold (N or auto: one per core; default 1); "
+                        "runs that must fail keep one, so their counterexamples stay the same")
     pr = sub.add_parser("prove", help="prove the model's ring arithmetic with z3 (obligations by property id)")
     pr.add_argument("--profile", default="impl", choices=sorted(_profiles()),
                     help="model profile the obligations are stated for (the ring arithmetic is shared by all)")
@@ -270,7 +284,8 @@ def _check(args: argparse.Namespace) -> int:
     console = _stdout_console()
     err = Console(stderr=True)
     spec = _canonical_target(args.target)
-    try:  # a bad baseline is found before minutes of work
+    try:  # a bad baseline or unit setting is found before minutes of work
+        api.validate_units(args.profile, args.seed, args.seeds, args.workers, args.shard, args.example_db)
         baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
@@ -288,7 +303,8 @@ def _check(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     run = dict(profile=args.profile, seed=args.seed, concurrency=args.concurrency, writer_lock=args.writer_lock,
-               start_method=args.start_method, readers=args.readers)
+               start_method=args.start_method, readers=args.readers, seeds=args.seeds, workers=args.workers,
+               shard=args.shard, example_db=args.example_db)
     if err.is_terminal:  # a bar that redraws itself
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
@@ -380,6 +396,11 @@ def model(args: argparse.Namespace) -> int:
     from .spec.tlc import TlcError
 
     console, err = _stdout_console(), Console(stderr=True)
+    workers = (os.cpu_count() or 1) if args.workers == "auto" else args.workers
+    if not str(workers).isdigit() or int(workers) < 1:
+        err.print(f"shmspec: error: --workers takes N >= 1 or auto, not {args.workers!r}", markup=False,
+                  highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")
     problem = _prepare_report_dir(report_dir)
     if problem:
@@ -390,7 +411,8 @@ def model(args: argparse.Namespace) -> int:
         with err.status("running TLC") as status:
             outcomes = modelcheck.run(args.tla_dir, args.config, deep=args.deep, agree=agree,
                                       on_config=lambda name: status.update(f"TLC and the model on {name}"),
-                                      target=_canonical_target(args.target) if args.target else None)
+                                      target=_canonical_target(args.target) if args.target else None,
+                                      workers=int(workers))
     except (TlcError, TargetError, ValueError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR

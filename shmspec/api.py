@@ -31,7 +31,9 @@ if TYPE_CHECKING:
 def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None = None,
           concurrency: str | None = None, writer_lock: bool = False, start_method: str = "fork",
           readers: int = 2, report_dir: str | Path | None = None,
-          on_progress: Callable[[str, int, int], None] | None = None) -> GateResult:
+          on_progress: Callable[[str, int, int], None] | None = None, seeds: int | None = None,
+          workers: int = 1, shard: "str | tuple[int, int] | None" = None,
+          example_db: str | None = None) -> GateResult:
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
@@ -48,13 +50,23 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             violations) ``repro_test.py`` are written there.
         on_progress: called as ``on_progress(campaign, done, total)`` while
             the gate runs (the CLI's progress bar).
+        seeds: seed units (``None``: the profile's, 1 or deep's 8): the gate
+            runs once per seed derived from ``seed``, findings merged
+            (:mod:`shmspec.conformance.runner.units`).
+        workers: parallel worker processes for the seed units (>= 1).
+        shard: ``"i/n"`` or ``(i, n)``: only that shard of the seed units.
+        example_db: Hypothesis example database: a directory,
+            ``"github:OWNER/REPO"`` or ``"none"`` (``None``: ``ci`` none,
+            ``dev``/``deep`` the user cache's ``examples/``).
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
 
     Raises:
-        UsageError: an unknown profile, concurrency mode or start method, or
-            ``readers`` outside 1..4.
+        UsageError: an unknown profile, concurrency mode or start method,
+            ``readers`` outside 1..4, ``seeds``/``workers`` below 1, a bad
+            ``shard`` or ``example_db``, a shard without ``seed`` on a
+            random-seed profile.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
     from shmspec.conformance import protocols
@@ -70,16 +82,51 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     known = tuple(dict.fromkeys(m for n in protocols.names() for m in protocols.get(n).concurrency_modes))
     if concurrency is not None and concurrency not in known:  # before a target is fetched
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(known)})")
+    shard = validate_units(profile, seed, seeds, workers, shard, example_db)
     loaded = protocols.load(target) if isinstance(target, str) else target
     modes = protocols.protocol_of(loaded).concurrency_modes
     if concurrency is not None and concurrency not in modes:
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)})")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
-    result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config)
+    result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,
+                      seeds=seeds, workers=workers, shard=shard, example_db=example_db)
     if report_dir is not None:
         from shmspec.conformance.reporting.report import write_report
         write_report(result, Path(report_dir), None, str(loaded.source) if getattr(loaded, "source", None) else None)
     return result
+
+
+def validate_units(profile: str, seed: int | None, seeds: int | None, workers: int,
+                   shard: "str | tuple[int, int] | None", example_db: str | None) -> "tuple[int, int] | None":
+    """Check the seed-unit settings of :func:`check` before any work; the
+    shard as ``(i, n)``.
+
+    Raises:
+        UsageError: as :func:`check` says (one line, naming the flag).
+    """
+    from shmspec.conformance.runner.gate import GATE_PROFILES, example_database
+    from shmspec.conformance.runner.units import parse_shard, shard_units
+
+    gp = GATE_PROFILES.get(profile)
+    if gp is None:
+        raise UsageError(f"unknown gate profile {profile!r} (choose from {', '.join(GATE_PROFILES)})")
+    for name, value in (("--seeds", seeds), ("--workers", workers)):
+        if value is not None and (not isinstance(value, int) or value < 1):
+            raise UsageError(f"{name} must be an integer >= 1, not {value!r}")
+    try:
+        parsed = parse_shard(shard) if isinstance(shard, str) else shard
+        if parsed is not None:
+            if seed is None and not gp.deterministic:
+                raise ValueError(f"--shard needs --seed on the {profile} profile: every shard must derive the "
+                                 f"same seeds")
+            units = gp.seeds if seeds is None else seeds
+            if not shard_units(units, parsed):
+                raise ValueError(f"--shard {parsed[0]}/{parsed[1]}: no unit of the {units} seed units falls in it "
+                                 f"(give --seeds >= {parsed[1]})")
+        example_database(example_db, profile)
+    except ValueError as exc:
+        raise UsageError(str(exc)) from None
+    return parsed
 
 
 def replay(target: str, violation: "Violation | dict[str, Any]") -> str | None:

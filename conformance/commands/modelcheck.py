@@ -64,9 +64,12 @@ class ConfigOutcome:
 
 
 def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False, agree: bool = True,
-        on_config: Callable[[str], None] | None = None, target: str | None = None) -> list[ConfigOutcome]:
+        on_config: Callable[[str], None] | None = None, target: str | None = None,
+        workers: int = 1) -> list[ConfigOutcome]:
     """Check every config; ``agree`` enumerates the model beside TLC;
-    ``target`` (a target spec) replays every counterexample on that store.
+    ``target`` (a target spec) replays every counterexample on that store;
+    ``workers``: TLC workers of the runs that must hold
+    (:func:`~shmspec.conformance.spec.tlc.check_config`).
 
     Raises:
         TlcError: no config, or TLC cannot run.
@@ -87,7 +90,7 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
             on_config(cf.name)
         with tempfile.TemporaryDirectory(prefix="shmspec-dump-") as tmp:
             dump = Path(tmp) / "states" if agree else None
-            check = check_config(cf, jar=jar, dump=dump)
+            check = check_config(cf, jar=jar, dump=dump, workers=workers)
             agreement = None
             if agree and check.holds.status == "ok":
                 agreement = compare(cf, check.holds, Path(f"{dump}.dump"))

@@ -51,6 +51,10 @@ class Violation:
     protocol: str = "ringbuffer"
     """The store protocol whose campaign found it (:mod:`shmspec.conformance.protocols`);
     a replay goes to that protocol."""
+    seed: int | None = None
+    """In a run of several seed units (``--seeds``): the seed of the unit that
+    found it (its free-running config and its Hypothesis exploration); None
+    in a one-seed run (the run's ``seed``)."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
@@ -75,6 +79,7 @@ class Violation:
             "cause": getattr(self.exc, "cause", None),
             "construction": self.construction.to_json(),
             "protocol": self.protocol,
+            "seed": self.seed,
         }
 
     @property
@@ -125,6 +130,25 @@ class GateResult:
     registry: tuple[Property, ...] = field(default=PROPERTIES, repr=False, compare=False)
     """The protocol's properties, in verdict order: :attr:`properties` and
     :meth:`property_counts` give one entry per property, in this order."""
+    seeds: tuple[int, ...] = ()
+    """The seeds of the units run (``--seeds``; :mod:`~shmspec.conformance.runner.units`);
+    empty for a one-seed run (then :attr:`seed` alone)."""
+    units: int = 1
+    """Seed units of the whole run (a shard runs some of them)."""
+    shard: tuple[int, int] | None = None
+    """``(i, n)``: this run was shard i of n (``--shard i/n``)."""
+    workers: int = 1
+    """Worker processes the units ran in (``--workers``)."""
+
+    @property
+    def seed_text(self) -> str:
+        """The seed as the reports print it: ``0``, or with seed units
+        ``0 (8 seed units, shard 1/2: seeds 0, 5308871538; 2 workers)``."""
+        if not self.seeds:
+            return str(self.seed)
+        shard = f", shard {self.shard[0]}/{self.shard[1]}" if self.shard else ""
+        return (f"{self.seed} ({self.units} seed units{shard}: seeds {', '.join(map(str, self.seeds))}; "
+                f"{self.workers} worker{'s' if self.workers != 1 else ''})")
 
     @property
     def property_ids(self) -> tuple[str, ...]:

@@ -197,7 +197,7 @@ def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: P
                        time=f"{result.seconds:.3f}")
     props = ET.SubElement(suite, "properties")
     for name, value in (("target", result.target), ("protocol", result.protocol), ("profile", result.profile),
-                        ("seed", str(result.seed)), ("construction", result.construction.name),
+                        ("seed", result.seed_text), ("construction", result.construction.name),
                         ("model_profile", result.model_profile), ("verdict", result.verdict),
                         ("report_dir", str(report_dir) if report_dir else "")):
         ET.SubElement(props, "property", name=name, value=value)
@@ -230,7 +230,7 @@ def step_summary(result: GateResult, outcomes: list[PropertyOutcome], report_dir
     properties, the new findings' first messages and the replay command."""
     failing = [o for o in outcomes if o.failing]
     lines = [f"### shmspec check `{result.target}`: {'FAIL' if failing else 'PASS'}", "",
-             f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed}, construction "
+             f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed_text}, construction "
              f"{result.construction.name}, contract (model profile) {result.model_profile}, "
              f"{result.seconds:.0f} s", "", "| property | result | violations |", "| --- | --- | --- |"]
     lines += [f"| {o.id} | {_MARK[o.status]} | {', '.join(o.violations)} |" for o in outcomes]

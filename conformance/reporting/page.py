@@ -66,7 +66,7 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
              f"<style>{_CSS}</style></head><body>",
              f"<h1>shmspec check <code>{e(result.target)}</code>: "
              f"<span class='verdict-{e(verdict)}'>{e(verdict.upper())}</span></h1>",
-             "<p id='run'>" + e(f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed}, "
+             "<p id='run'>" + e(f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed_text}, "
                                  f"concurrency {result.concurrency}, construction {result.construction.name}, "
                                  f"contract (model profile) {result.model_profile}, {result.seconds:.1f} s"
                                  + (f", started {started}" if started else "")) + "</p>"]

@@ -48,6 +48,10 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "construction": result.construction.to_json(),
         "constructions": result.constructions,
         "seed": result.seed,
+        "seeds": list(result.seeds) or [result.seed],
+        "units": result.units,
+        "shard": f"{result.shard[0]}/{result.shard[1]}" if result.shard else None,
+        "workers": result.workers,
         "verdict": result.verdict,
         "started": started,
         "seconds": round(result.seconds, 3),
@@ -243,7 +247,7 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         Panel.fit(
             Text.assemble(
                 ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
-                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed}\n",
+                f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed_text}\n",
                 f"construction {result.construction.name}",
             )
         )
@@ -389,7 +393,7 @@ def repro_source(result: GateResult, target_source: str | None) -> str:
     target = result.target
     return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
 
-Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed}
+Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed_text}
 Run:    python -m pytest repro_test.py   (any Python with shmspec installed)
         SHMSPEC_TARGET=file:patched_store.py python -m pytest repro_test.py
         (another target: a patched store, or the same file on another machine)

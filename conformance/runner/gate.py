@@ -76,6 +76,13 @@ class GateProfile:
     property the lockstep campaigns and boundary programs may report, gate-wide,
     each failing at another step kind than the earlier ones of its property
     (then every property found is excused outright)."""
+    seeds: int = 1
+    """Seed units: the gate runs once per seed (:mod:`.units`), each with the
+    sizes above; ``--workers`` runs them in parallel, ``--shard`` splits them."""
+    example_db: bool = False
+    """Default of ``--example-db``: False, none (what a seed finds is fixed);
+    True, the user cache's ``examples/`` (counterexamples found are replayed
+    first by the next run)."""
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
@@ -84,11 +91,91 @@ GATE_PROFILES: dict[str, GateProfile] = {
                       construction_seconds=2.0),
     "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
                        scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6,
-                       construction_seconds=5.0),
-    "deep": GateProfile("deep", max_examples=2000, step_count=80, rounds=5, deterministic=False, shrink_seconds=300,
-                        scheduled_examples=2000, scheduled_steps=100, free_seconds=120.0, distinct=24,
-                        construction_seconds=30.0),
+                       construction_seconds=5.0, example_db=True),
+    # 8 seed units of 250 examples: 2000 examples per campaign, as one seed of
+    # 2000 was before 2026-12-02, but in units --workers and --shard spread
+    "deep": GateProfile("deep", max_examples=250, step_count=60, rounds=5, deterministic=False, shrink_seconds=60,
+                        scheduled_examples=250, scheduled_steps=80, free_seconds=15.0, distinct=24,
+                        construction_seconds=4.0, seeds=8, example_db=True),
 }
+
+
+_DATABASE: Any = None
+"""The example database of the run in progress (:func:`example_database`), or None."""
+
+
+def example_database(spec: str | None, profile: str = "ci") -> Any:
+    """The Hypothesis example database ``--example-db`` names: ``none``; a
+    directory (``DirectoryBasedExampleDatabase``); ``github:OWNER/REPO``, the
+    user cache's ``examples/`` over the counterexamples that repository's CI
+    uploaded (``GitHubArtifactDatabase``, read-only; ``GITHUB_TOKEN``);
+    ``None``: the gate profile's default (``ci``: none; ``dev``, ``deep``:
+    ``<cache>/examples``).  Within it each campaign, target and excusal set
+    has its own key (:class:`KeyedDatabase`).
+
+    Raises:
+        ValueError: ``github:`` without ``OWNER/REPO``.
+    """
+    from hypothesis.database import (DirectoryBasedExampleDatabase, GitHubArtifactDatabase, MultiplexedDatabase,
+                                     ReadOnlyDatabase)
+
+    from ..core.paths import cache_dir
+
+    if spec is None:
+        if not GATE_PROFILES[profile].example_db:
+            return None
+        spec = str(cache_dir() / "examples")
+    if spec == "none":
+        return None
+    if spec.startswith("github:"):
+        owner, _, repo = spec[len("github:"):].partition("/")
+        if not owner or not repo:
+            raise ValueError(f"--example-db github:OWNER/REPO, not {spec!r}")
+        local = DirectoryBasedExampleDatabase(str(cache_dir() / "examples"))
+        return MultiplexedDatabase(local, ReadOnlyDatabase(GitHubArtifactDatabase(owner, repo)))
+    return DirectoryBasedExampleDatabase(spec)
+
+
+def _keyed(target: Any, campaign: Any, config: SessionConfig) -> Any:
+    if _DATABASE is None:
+        return None
+    import hashlib
+    import json
+
+    spec = target.spec if not target.spec.startswith("file:") else "file:" + target.spec.rsplit("/", 1)[-1]
+    ident = json.dumps([protocol_of(target).name, spec, campaign.name, config_to_json(config)], sort_keys=True,
+                       default=str)
+    return KeyedDatabase(_DATABASE, hashlib.sha256(ident.encode()).hexdigest()[:16].encode() + b".")
+
+
+try:
+    from hypothesis.database import ExampleDatabase as _ExampleDatabase
+except ImportError:  # pragma: no cover - Hypothesis always has it
+    _ExampleDatabase = object
+
+
+class KeyedDatabase(_ExampleDatabase):
+    """``inner`` with every key prefixed: Hypothesis keys a stateful test by
+    its factory's source, the same for every campaign, so each campaign round
+    gets its own prefix (hash of protocol, target, campaign and the round's
+    config, excusals included: an example saved while a property was
+    violated is not dropped by a round that excuses it)."""
+
+    def __init__(self, inner: Any, prefix: bytes):
+        super().__init__()
+        self.inner, self.prefix = inner, prefix
+
+    def save(self, key: bytes, value: bytes) -> None:
+        self.inner.save(self.prefix + key, value)
+
+    def fetch(self, key: bytes):
+        return self.inner.fetch(self.prefix + key)
+
+    def delete(self, key: bytes, value: bytes) -> None:
+        self.inner.delete(self.prefix + key, value)
+
+    def move(self, src: bytes, dest: bytes, value: bytes) -> None:
+        self.inner.move(self.prefix + src, self.prefix + dest, value)
 
 
 @contextmanager
@@ -142,6 +229,10 @@ def run_gate(
     config: SessionConfig | None = None,
     first_finding_only: bool = False,
     concurrency: str | None = None,
+    seeds: int | None = None,
+    workers: int = 1,
+    shard: tuple[int, int] | None = None,
+    example_db: str | None = None,
 ) -> GateResult:
     """Run the gate on ``target`` with its store protocol's campaigns
     (:func:`~shmspec.conformance.protocols.protocol_of`).
@@ -152,12 +243,70 @@ def run_gate(
     finding).  ``concurrency`` (default: the profile's) appends the
     protocol's campaigns of that mode (ring buffer: ``controlled``, scheduled
     writer and reader processes, or ``free``, a free-running load); ``off``
-    appends none.
+    appends none.  ``seeds`` (default: the profile's) seed units run the
+    gate once per seed, ``workers`` at a time in forked processes, only
+    shard ``(i, n)``'s units when ``shard`` is given (:mod:`.units`);
+    ``example_db``: :func:`example_database`.
 
     Raises:
         KeyError: unknown gate profile.
-        ValueError: a concurrency mode the protocol has not.
+        ValueError: a concurrency mode the protocol has not; ``seeds`` or
+            ``workers`` below 1; a shard with no unit, or without ``seed``
+            on a random-seed profile (its shards would draw other seeds).
     """
+    gp = GATE_PROFILES[profile]
+    units = gp.seeds if seeds is None else seeds
+    if units < 1 or workers < 1:
+        raise ValueError("--seeds and --workers must be at least 1")
+    if shard is not None and seed is None and not gp.deterministic:
+        raise ValueError(f"--shard needs --seed on the {profile} profile: every shard must derive the same seeds")
+    if units > 1 or workers > 1 or shard is not None:
+        return _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only,
+                               concurrency, units, workers, shard, example_db)
+    global _DATABASE
+    saved_db, _DATABASE = _DATABASE, example_database(example_db, profile)
+    try:
+        return _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency)
+    finally:
+        _DATABASE = saved_db
+
+
+def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency, units,
+                    workers, shard, example_db) -> GateResult:
+    from . import units as _units
+
+    gp = GATE_PROFILES[profile]
+    if seed is None:
+        seed = 0 if gp.deterministic else random.randrange(2**32)
+    ks = _units.shard_units(units, shard)
+    if not ks:
+        raise ValueError(f"--shard {shard[0]}/{shard[1]} has no unit of the {units} seed units")
+    seeds = [_units.unit_seed(seed, k) for k in ks]
+    example_database(example_db, profile)  # a bad spec fails here, before any unit
+    concurrency_for(protocol_of(target), profile, concurrency)
+
+    def run_one(s: int) -> GateResult:
+        return run_gate(target, profile, s, None, campaigns, config, first_finding_only, concurrency,
+                        seeds=1, workers=1, example_db=example_db)
+
+    t0 = time.monotonic()
+    if on_progress:
+        on_progress(f"{len(seeds)} seed units on {min(workers, len(seeds))} workers", 0, len(seeds))
+    parts = _units.run_units(run_one, seeds, workers, on_progress)
+    if not any(isinstance(p, GateResult) for p in parts):  # no unit reported: an error verdict, never a pass
+        protocol = protocol_of(target)
+        parts[0] = GateResult(target.spec, target.profile.name, profile, seeds[0],
+                              [CampaignResult(f"seed {seeds[0]}", [], "unit", error=str(parts[0]))], 0.0,
+                              concurrency_for(protocol, profile, concurrency), protocol=protocol.name,
+                              registry=protocol.properties)
+    result = _units.merge(list(zip(seeds, parts)), time.monotonic() - t0, shard, workers, units)
+    result.seed = seed
+    if on_progress:
+        on_progress("done", len(seeds), len(seeds))
+    return result
+
+
+def _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency) -> GateResult:
     protocol = protocol_of(target)
     gp = GATE_PROFILES[profile]
     concurrency = concurrency_for(protocol, profile, concurrency)
@@ -265,7 +414,7 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             max_examples=max_examples,
             stateful_step_count=step_count,
             deadline=None,
-            database=None,
+            database=_keyed(target, campaign, config),
             verbosity=Verbosity.quiet,
             suppress_health_check=list(HealthCheck),
             report_multiple_bugs=False,

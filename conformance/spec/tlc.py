@@ -200,8 +200,10 @@ def parse_output(config: str, code: int, out: str, seconds: float, properties: l
 
 def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None = None, timeout: float = 600.0,
             invariants: list[str] | None = None, dump: Path | None = None,
-            properties: list[str] | None = None) -> TlcResult:
-    """Run TLC on ``spec`` (default: the repository's ``ShmStore.tla``) with one worker.
+            properties: list[str] | None = None, workers: int = 1) -> TlcResult:
+    """Run TLC on ``spec`` (default: the repository's ``ShmStore.tla``) with
+    ``workers`` TLC worker threads (default 1: a counterexample is then the
+    same every run; more explore the same state space faster).
 
     ``invariants`` replaces the config's ``INVARIANTS`` line for this run,
     ``properties`` its ``PROPERTIES`` line (an empty list drops the line);
@@ -229,7 +231,7 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
         # TLC writes its standard modules into java.io.tmpdir and its state
         # files into -metadir: both go to a folder that exists and is ours
         cmd = [java, f"-Djava.io.tmpdir={tmp}", "-XX:+UseParallelGC", "-cp", str(jar), "tlc2.TLC",
-               "-config", str(run_cfg), "-workers", "1", "-deadlock", "-metadir", str(Path(tmp) / "states"),
+               "-config", str(run_cfg), "-workers", str(workers), "-deadlock", "-metadir", str(Path(tmp) / "states"),
                # one worker and a fixed fingerprint polynomial (TLC draws one at random by
                # default): the same run finds the same liveness counterexample every time
                "-fp", "0"]
@@ -307,9 +309,11 @@ def config_files(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bo
 
 
 def check_config(cf: ConfigFile, spec: Path | None = None, jar: Path | None = None,
-                 dump: Path | None = None) -> ModelCheck:
+                 dump: Path | None = None, workers: int = 1) -> ModelCheck:
     """Run TLC on one config: once with the invariants that must hold (with
-    ``dump``, if given), and once per invariant that must be violated.
+    ``dump``, if given; on ``workers`` TLC workers, the whole state space),
+    and once per invariant that must be violated (one worker: the same
+    counterexample every run).
 
     Raises:
         TlcError: TLC cannot run, the spec is missing, or TLC cannot parse the
@@ -324,7 +328,7 @@ def check_config(cf: ConfigFile, spec: Path | None = None, jar: Path | None = No
         raise TlcError(f"no ShmStore.tla beside {cf.path} (or in its parent folder)")
     keep = [i for i in cf.invariants if i not in cf.expected]
     keep_props = [p for p in cf.properties if p not in cf.expected]
-    holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump, properties=keep_props)
+    holds = run_tlc(cf, spec, jar, invariants=keep, dump=dump, properties=keep_props, workers=workers)
     if holds.status in ("parse error", "config error"):
         tail = "\n".join(holds.output.strip().splitlines()[-12:])
         raise TlcError(f"TLC could not read {cf.name} or its spec ({holds.status}):\n{tail}")

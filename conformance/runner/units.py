@@ -1,0 +1,219 @@
+"""Seed units: a gate run as several independent gates, one per seed, in
+parallel worker processes (``shmspec check --seeds K --workers N --shard i/n``).
+
+Within one seed the campaigns are a chain (a finding is excused in the
+campaigns after it, :mod:`.gate`), so the unit of parallelism is the seed: unit
+``k`` runs the whole gate with seed :func:`unit_seed` ``(base, k)``, in a
+forked process of its own (a fresh copy of the parent's state, whatever ran in
+that worker before), and the parent merges the units' results in unit order
+(:func:`merge`).  What a run finds therefore depends on the base seed and the
+number of units, never on ``--workers``: with the example database off, the
+same seeds give the same findings on 1 worker or 16 (lockstep and controlled
+findings shrink to the same trace when shrinking completes; a free-running
+load's interleaving is the OS's).
+
+``--shard i/n`` runs the units ``k`` with ``k % n == i - 1`` only, so ``n`` CI
+jobs with the same base seed split one deep run between them; each job's
+report and exit status is the verdict of its share.
+
+Waits are bounded: a unit that sends no result is a campaign error (exit 2),
+never a pass; one still running after ``unit_limit`` seconds is stopped and is
+an error too.  SIGTERM or Ctrl-C in the parent stops every unit (SIGTERM, then
+SIGKILL after 10 s) before the interrupt propagates.
+"""
+
+from __future__ import annotations
+
+import time
+import traceback
+from dataclasses import replace
+from typing import Any, Callable
+
+from ..core.results import CampaignResult, GateResult
+
+GOLDEN = 0x9E3779B9
+
+
+def unit_seed(base: int, k: int) -> int:
+    """The seed of unit ``k`` of a run whose base seed is ``base`` (unit 0's
+    is ``base`` itself): ``(base + k * 0x9E3779B9) mod 2**32``."""
+    return (base + k * GOLDEN) % 2**32
+
+
+def parse_shard(text: str) -> tuple[int, int]:
+    """``"i/n"`` -> ``(i, n)`` with ``1 <= i <= n``.
+
+    Raises:
+        ValueError: not of that form (the message is the one-line CLI error).
+    """
+    try:
+        i, n = (int(x) for x in text.split("/"))
+    except ValueError:
+        raise ValueError(f"--shard takes i/n (e.g. 2/4), not {text!r}") from None
+    if not 1 <= i <= n:
+        raise ValueError(f"--shard {text}: i must be in 1..n")
+    return i, n
+
+
+def shard_units(units: int, shard: tuple[int, int] | None) -> list[int]:
+    """The unit indices a shard runs (all of them without a shard)."""
+    if shard is None:
+        return list(range(units))
+    i, n = shard
+    return [k for k in range(units) if k % n == i - 1]
+
+
+def run_units(run_one: Callable[[int], GateResult], seeds: list[int], workers: int,
+              on_progress: Callable[[str, int, int], None] | None = None,
+              unit_limit: float = 6 * 3600.0) -> list[GateResult | str]:
+    """``run_one(seed)`` for every seed, at most ``workers`` at a time, each in
+    a forked process; the results in ``seeds``' order, a unit that failed to
+    report being the error text instead.
+
+    ``on_progress("seed S", done, total)`` is called as units end.
+    """
+    import multiprocess as mp
+    from multiprocess.connection import wait
+
+    ctx = mp.get_context("fork")
+    results: dict[int, GateResult | str] = {}
+    pending = list(range(len(seeds)))
+    running: dict[Any, tuple[int, Any, float]] = {}  # sentinel -> (index, process, started)
+    pipes: dict[int, Any] = {}
+    try:
+        while pending or running:
+            while pending and len(running) < workers:
+                i = pending.pop(0)
+                recv, send = ctx.Pipe(duplex=False)
+                p = ctx.Process(target=_unit_main, args=(run_one, seeds[i], send), name=f"shmspec-seed-{seeds[i]}")
+                p.start()
+                send.close()
+                running[p.sentinel] = (i, p, time.monotonic())
+                pipes[i] = recv
+            now = time.monotonic()
+            budget = min(started + unit_limit for _, _, started in running.values()) - now
+            ready = wait(list(running), timeout=max(0.0, min(budget, 5.0)))
+            for sentinel in ready:
+                i, p, _ = running.pop(sentinel)
+                results[i] = _collect(pipes.pop(i), p, seeds[i])
+                if on_progress:
+                    on_progress(f"seed {seeds[i]}", len(results), len(seeds))
+            for sentinel, (i, p, started) in list(running.items()):
+                if time.monotonic() - started > unit_limit:
+                    running.pop(sentinel)
+                    _stop([p])
+                    pipes.pop(i).close()
+                    results[i] = f"seed {seeds[i]}: still running after {unit_limit:.0f} s; stopped"
+    finally:
+        _stop([p for _, p, _ in running.values()])
+    return [results[i] for i in range(len(seeds))]
+
+
+def _unit_main(run_one: Callable[[int], GateResult], seed: int, send: Any) -> None:
+    from ..core import interrupt
+
+    interrupt.reset()
+    try:
+        send.send(("ok", _portable(run_one(seed))))
+    except KeyboardInterrupt:
+        send.send(("error", f"seed {seed}: interrupted"))
+    except BaseException:  # noqa: BLE001 - reported to the parent as the unit's error
+        send.send(("error", f"seed {seed}: {traceback.format_exc(limit=5).strip().splitlines()[-1]}"))
+    finally:
+        send.close()
+
+
+def _collect(recv: Any, p: Any, seed: int) -> GateResult | str:
+    try:
+        kind, payload = recv.recv() if recv.poll(5.0) else ("error", None)
+    except (EOFError, OSError):
+        kind, payload = "error", None
+    finally:
+        recv.close()
+    p.join(10)
+    if kind == "ok":
+        return payload
+    return payload or f"seed {seed}: the worker process ended (exit {p.exitcode}) without a result"
+
+
+def _stop(procs: list[Any]) -> None:
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
+    deadline = time.monotonic() + 10.0
+    for p in procs:
+        p.join(max(0.0, deadline - time.monotonic()))
+        if p.is_alive():
+            p.kill()
+            p.join(5)
+
+
+def _portable(result: GateResult) -> GateResult:
+    """The result with each violation's exception reduced to what the parent
+    uses (property, cause, action, message): an exception holding the target's
+    objects need not pickle."""
+    from types import SimpleNamespace
+
+    for c in result.campaigns:
+        for v in c.violations:
+            if v.exc is not None:
+                v.exc = SimpleNamespace(prop=getattr(v.exc, "prop", v.property), cause=getattr(v.exc, "cause", ""),
+                                        action=getattr(v.exc, "action", ""), message=getattr(v.exc, "message", ""))
+    return result
+
+
+def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tuple[int, int] | None,
+          workers: int, units: int) -> GateResult:
+    """One :class:`GateResult` from the units' (in unit order).
+
+    Per campaign (in unit 0's order): examples, steps and seconds summed over
+    the units; completed only if every unit completed it; the first error,
+    unknown and skip reason, prefixed with the unit's seed.  Violations: all of
+    the first unit's, then of each later unit those whose
+    (property, failing step kind) no earlier unit found; each carries its
+    ``seed``.  A unit that sent no result adds a campaign ``seed S`` with that
+    error (the verdict is then at least ``error``).
+    """
+    good = [(s, r) for s, r in parts if isinstance(r, GateResult)]
+    lost = [(s, r) for s, r in parts if not isinstance(r, GateResult)]
+    if not good:
+        raise ValueError("no unit sent a result")
+    first = good[0][1]
+    order = [c.name for c in first.campaigns]
+    merged: dict[str, CampaignResult] = {}
+    seen: set[tuple[str, str]] = set()
+    for seed, r in good:
+        for c in r.campaigns:
+            for v in c.violations:
+                v.seed = seed
+            m = merged.get(c.name)
+            if m is None:
+                merged[c.name] = m = replace(c, violations=[], rates=dict(c.rates), not_claimed=dict(c.not_claimed),
+                                             examples=0, steps=0, seconds=0.0, completed=True, error=None,
+                                             unknown=None, skipped=c.skipped)
+                if c.name not in order:
+                    order.append(c.name)
+            m.examples += c.examples
+            m.steps += c.steps
+            m.seconds += c.seconds
+            m.completed = m.completed and c.completed
+            m.error = m.error or (f"seed {seed}: {c.error}" if c.error else None)
+            m.unknown = m.unknown or (f"seed {seed}: {c.unknown}" if c.unknown else None)
+            m.skipped = m.skipped if c.skipped else None
+            m.not_claimed.update(c.not_claimed)
+            for rule, d in c.rates.get("client_deviations", {}).items() if r is not first else ():
+                entry = m.rates.setdefault("client_deviations", {}).setdefault(rule, {**d, "count": 0})
+                entry["count"] += d["count"]
+            for v in c.violations:
+                key = (v.property, getattr(v.exc, "cause", "") or getattr(v.exc, "action", "") or "")
+                if r is first or key not in seen:
+                    m.violations.append(v)
+                seen.add(key)
+    campaigns = [merged[n] for n in order]
+    for seed, why in lost:
+        campaigns.append(CampaignResult(f"seed {seed}", [], "unit", error=str(why)))
+    return replace(first, campaigns=campaigns, seconds=seconds, seeds=tuple(s for s, _ in parts), shard=shard,
+                   workers=workers, units=units)
+
+
+__all__ = ["merge", "parse_shard", "run_units", "shard_units", "unit_seed"]
