@@ -38,6 +38,7 @@ import signal
 import sys
 from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeElapsedColumn
@@ -83,6 +84,9 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--example-db", default=None, metavar="DB",
                    help="Hypothesis example database: a directory, github:OWNER/REPO (CI artifacts, read-only, "
                         "over the local cache) or none; default: none for ci, <cache>/examples for dev and deep")
+    c.add_argument("--contract", type=Path, default=None, metavar="FILE",
+                   help="judge by this contract (TOML or JSON: profile, clr, sw, not_claimed, relies_on); default: "
+                        "SHMSPEC_CONTRACT in the target module, else its model profile's; docs/ci.md#contracts")
     c.add_argument("--writer-lock", action="store_true",
                    help="build the writer with the readers' lock too (default: without, as vLLM builds it)")
     c.add_argument("--start-method", default="fork", choices=START_METHODS,
@@ -287,6 +291,12 @@ def _check(args: argparse.Namespace) -> int:
     try:  # a bad baseline or unit setting is found before minutes of work
         api.validate_units(args.profile, args.seed, args.seeds, args.workers, args.shard, args.example_db)
         baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
+        if args.contract is not None:  # its keys and values checked before the target is fetched
+            from shmspec.model.profile import IMPL
+            from shmspec.model.properties import PROPERTIES
+
+            from .core.contract import load_file
+            load_file(args.contract, IMPL, tuple(p.id for p in PROPERTIES))
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
@@ -296,6 +306,12 @@ def _check(args: argparse.Namespace) -> int:
     except TargetError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
+    from shmspec.model.profile import Profile
+
+    if args.contract is not None and not isinstance(getattr(target, "profile", None), Profile):
+        err.print(f"shmspec: error: --contract: {spec}'s protocol declares no contracts", markup=False,
+                  highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     report_dir = args.report_dir or default_report_dir(spec)
     problem = _prepare_report_dir(report_dir)
@@ -304,7 +320,7 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     run = dict(profile=args.profile, seed=args.seed, concurrency=args.concurrency, writer_lock=args.writer_lock,
                start_method=args.start_method, readers=args.readers, seeds=args.seeds, workers=args.workers,
-               shard=args.shard, example_db=args.example_db)
+               shard=args.shard, example_db=args.example_db, contract=args.contract)
     if err.is_terminal:  # a bar that redraws itself
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,
@@ -312,11 +328,14 @@ def _check(args: argparse.Namespace) -> int:
             task = progress.add_task("campaigns", total=None)
 
             def on_progress(name: str, done: int, total: int) -> None:
-                progress.update(task, total=total, completed=done, description=f"campaign {name}")
+                progress.update(task, total=total, completed=done,
+                                description=name if name.startswith("seed") else f"campaign {name}")
 
-            result = api.check(target, on_progress=on_progress, **run)
+            result = _run_check(api, target, on_progress, run, err)
     else:  # a CI log: one line per campaign as it starts, with the time so far
-        result = api.check(target, on_progress=_progress_lines(err), **run)
+        result = _run_check(api, target, _progress_lines(err), run, err)
+    if result is None:
+        return EXIT_ERROR
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
     try:
@@ -359,6 +378,18 @@ def _check(args: argparse.Namespace) -> int:
     return EXIT_PASS
 
 
+def _run_check(api: Any, target: Any, on_progress: Callable, run: dict, err: Console) -> Any:
+    """``api.check``; None (after the one-line error) when the run's settings
+    do not fit the loaded target (a contract for a protocol without one)."""
+    from .core.errors import UsageError
+
+    try:
+        return api.check(target, on_progress=on_progress, **run)
+    except UsageError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return None
+
+
 def _progress_lines(err: Console) -> Callable[[str, int, int], None]:
     """``on_progress`` for a console that is not a terminal: ``shmspec:
     [  12.3 s] campaign 2/15 stale`` when a campaign starts, then ``shmspec:
@@ -368,8 +399,11 @@ def _progress_lines(err: Console) -> Callable[[str, int, int], None]:
     t0 = time.monotonic()
 
     def on_progress(name: str, done: int, total: int) -> None:
-        what = "campaigns done" if name == "done" else f"campaign {done + 1}/{total} {name}"
-        err.print(f"shmspec: [{time.monotonic() - t0:7.1f} s] {what}", markup=False, highlight=False)
+        if name.startswith("seed"):  # a run of seed units: one line as it starts, one as each unit ends
+            what = name
+        else:
+            what = "campaigns done" if name == "done" else f"campaign {done + 1}/{total} {name}"
+        err.print(f"shmspec: [{time.monotonic() - t0:7.1f} s] {what}", markup=False, highlight=False, soft_wrap=True)
 
     return on_progress
 

@@ -63,6 +63,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                 help="known findings (a report.json or a baseline file): they xfail instead of failing")
     g.addoption("--shmspec-report-dir", default=None, metavar="DIR",
                 help="where the gate's report goes (default <reports>/<time>-<target>, as shmspec check)")
+    g.addoption("--shmspec-contract", default=None, metavar="FILE",
+                help="the contract to judge by (TOML or JSON, as shmspec check --contract)")
+    g.addoption("--shmspec-seeds", type=int, default=None, metavar="K",
+                help="seed units (as shmspec check --seeds; default the profile's)")
+    g.addoption("--shmspec-workers", type=int, default=1, metavar="N",
+                help="worker processes for the seed units (as shmspec check --workers)")
+    g.addoption("--shmspec-shard", default=None, metavar="I/N", help="this job's shard of the seed units")
+    g.addoption("--shmspec-example-db", default=None, metavar="DB",
+                help="Hypothesis example database (as shmspec check --example-db)")
 
 
 def _options(config: pytest.Config) -> dict[str, Any]:
@@ -72,7 +81,10 @@ def _options(config: pytest.Config) -> dict[str, Any]:
     return {"target": spec, "profile": config.getoption("shmspec_profile"),
             "concurrency": config.getoption("shmspec_concurrency"), "seed": config.getoption("shmspec_seed"),
             "writer_lock": bool(config.getoption("shmspec_writer_lock")),
-            "baseline": config.getoption("shmspec_baseline"), "report_dir": config.getoption("shmspec_report_dir")}
+            "baseline": config.getoption("shmspec_baseline"), "report_dir": config.getoption("shmspec_report_dir"),
+            "contract": config.getoption("shmspec_contract"), "seeds": config.getoption("shmspec_seeds"),
+            "workers": config.getoption("shmspec_workers"), "shard": config.getoption("shmspec_shard"),
+            "example_db": config.getoption("shmspec_example_db")}
 
 
 @pytest.hookimpl(tryfirst=True)  # before -k and -m deselect
@@ -100,6 +112,19 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
             Baseline.load(opts["baseline"])
         except ShmspecError as exc:
             raise pytest.UsageError(f"--shmspec-baseline: {exc}") from None
+    from shmspec.api import validate_units
+
+    try:  # the seed-unit settings and the contract file, before any work
+        validate_units(opts["profile"], opts["seed"], opts["seeds"], opts["workers"], opts["shard"],
+                       opts["example_db"])
+        if opts["contract"]:
+            from shmspec.model.profile import IMPL
+            from shmspec.model.properties import PROPERTIES
+
+            from .core.contract import load_file
+            load_file(Path(opts["contract"]), IMPL, tuple(p.id for p in PROPERTIES))
+    except ShmspecError as exc:
+        raise pytest.UsageError(f"shmspec: {exc}") from None
     name = f"shmspec/{opts['target']}"  # JUnit: classname shmspec.<target>, name the property
     gate = GateCollector.from_parent(session, name=name, nodeid=name)
     gate.property_ids = protocol.property_ids
@@ -216,7 +241,8 @@ def _run(opts: dict[str, Any]) -> dict[str, Any]:
         baseline = judged.Baseline.load(opts["baseline"]) if opts["baseline"] else None
         target = protocols.load(opts["target"])
         result = api.check(target, profile=opts["profile"], seed=opts["seed"], concurrency=opts["concurrency"],
-                           writer_lock=opts["writer_lock"])
+                           writer_lock=opts["writer_lock"], contract=opts["contract"], seeds=opts["seeds"],
+                           workers=opts["workers"], shard=opts["shard"], example_db=opts["example_db"])
     except ShmspecError as exc:
         return {"error": str(exc)}
     report_dir = Path(opts["report_dir"]) if opts["report_dir"] else default_report_dir(opts["target"])

@@ -33,7 +33,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
           readers: int = 2, report_dir: str | Path | None = None,
           on_progress: Callable[[str, int, int], None] | None = None, seeds: int | None = None,
           workers: int = 1, shard: "str | tuple[int, int] | None" = None,
-          example_db: str | None = None) -> GateResult:
+          example_db: str | None = None, contract: "str | Path | Any | None" = None) -> GateResult:
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
@@ -58,6 +58,10 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         example_db: Hypothesis example database: a directory,
             ``"github:OWNER/REPO"`` or ``"none"`` (``None``: ``ci`` none,
             ``dev``/``deep`` the user cache's ``examples/``).
+        contract: the contract to judge by: a TOML or JSON file (path) or a
+            :class:`~shmspec.conformance.core.contract.Contract`; ``None``:
+            the one the target module declares (``SHMSPEC_CONTRACT``), else
+            its model profile's (docs/ci.md#contracts).
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
@@ -66,7 +70,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         UsageError: an unknown profile, concurrency mode or start method,
             ``readers`` outside 1..4, ``seeds``/``workers`` below 1, a bad
             ``shard`` or ``example_db``, a shard without ``seed`` on a
-            random-seed profile.
+            random-seed profile, an invalid contract.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
     from shmspec.conformance import protocols
@@ -88,12 +92,44 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     if concurrency is not None and concurrency not in modes:
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)})")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
+    loaded, config, judged_by = _with_contract(loaded, config, contract)
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,
                       seeds=seeds, workers=workers, shard=shard, example_db=example_db)
+    if judged_by is not None:
+        result.contract = judged_by
+        if contract is not None:  # given here, not by the module: a replay must judge by it too (replay_case)
+            for v in result.violations:
+                v.config = {**v.config, "contract": {k: getattr(judged_by, k) for k in ("profile", "clr", "sw")}}
     if report_dir is not None:
         from shmspec.conformance.reporting.report import write_report
         write_report(result, Path(report_dir), None, str(loaded.source) if getattr(loaded, "source", None) else None)
     return result
+
+
+def _with_contract(loaded: Any, config: Any, contract: Any) -> tuple[Any, Any, Any]:
+    """The target and session config as ``contract`` (see :func:`check`)
+    changes them, and the contract (None for a protocol without profiles)."""
+    from dataclasses import replace
+
+    from shmspec.conformance.core import contract as contracts
+    from shmspec.model.profile import Profile
+
+    profile = getattr(loaded, "profile", None)
+    if not isinstance(profile, Profile):
+        if contract is not None:
+            raise UsageError(f"--contract: the {getattr(loaded, 'protocol', 'target')!r} protocol's targets "
+                             f"declare no contract")
+        return loaded, config, None
+    if isinstance(contract, (str, Path)):
+        ids = tuple(p.id for p in __import__("shmspec.model.properties", fromlist=["PROPERTIES"]).PROPERTIES)
+        contract = contracts.load_file(Path(contract), profile, ids)
+    contract = contract or getattr(loaded, "contract", None)
+    if contract is None:
+        return loaded, config, contracts.of_profile(profile)
+    loaded = replace(loaded, profile=contract.apply(profile), contract=contract)
+    config = replace(config, excused=config.excused | set(contract.not_claimed),
+                     relies_on=None if set(contract.relies_on) == set(contracts.CLIENT_RULES) else contract.relies_on)
+    return loaded, config, contract
 
 
 def validate_units(profile: str, seed: int | None, seeds: int | None, workers: int,

@@ -99,11 +99,17 @@ def test_the_github_workflow_runs_commands_that_exist():
 
     from shmspec.conformance.cli import build_parser
 
+    from shmspec.api import validate_units
+
     text = (ROOT / ".github" / "workflows" / "shmspec.yml").read_text()
     runs = [m.strip() for m in re.findall(r"^\s+(?:- )?run: (shmspec .+)$", text, flags=re.M)]
-    assert len(runs) >= 5, runs
+    # folded blocks (run: >-, then more-indented lines)
+    runs += [" ".join(part.split()) for part in re.findall(r"run: >-\n((?:[ ]{10,}\S.*\n)+)", text)]
+    assert len(runs) >= 5 and any("--shard" in r for r in runs), runs
     for line in runs:
-        args = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "7", line))[1:]
-        build_parser().parse_args(args)  # exits 2 (SystemExit) on an unknown flag or value
+        args = shlex.split(re.sub(r"\$\{\{[^}]*\}\}", "1", line))[1:]
+        ns = build_parser().parse_args(args)  # exits 2 (SystemExit) on an unknown flag or value
+        if ns.command == "check":  # the unit settings a run would refuse, refused here
+            validate_units(ns.profile, ns.seed, ns.seeds, ns.workers, ns.shard, ns.example_db)
         assert "--report-dir" in args, line  # reports where the artifact step finds them, never the cwd
     assert text.count("actions/upload-artifact@") == text.count("runs-on:")

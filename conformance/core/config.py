@@ -20,6 +20,9 @@ class SessionConfig:
     readers: tuple[str, ...] = ("r1", "r2")
     compare_state: bool = True
     excused: frozenset[str] = frozenset()
+    relies_on: tuple[str, ...] | None = None
+    """The client rules the store relies on (the declared contract's
+    ``relies_on``); None: every rule (SEMANTICS.md)."""
     """Properties recorded but not raised: ``"NRR"``, or ``"CONFORMANCE@put"`` for one action."""
     writer_lock: bool = False
     """The construction: False builds the writer as vLLM does, without the
@@ -49,6 +52,7 @@ def config_to_json(c: SessionConfig) -> dict[str, Any]:
         "excused": sorted(c.excused),
         "writer_lock": c.writer_lock,
         "start_method": c.start_method,
+        **({"relies_on": list(c.relies_on)} if c.relies_on is not None else {}),
     }
 
 
@@ -62,6 +66,7 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
         excused=frozenset(d["excused"]),
         writer_lock=bool(d.get("writer_lock", False)),  # reports before 2026-12-01: vLLM's construction
         start_method=str(d.get("start_method", "fork")),
+        relies_on=tuple(d["relies_on"]) if d.get("relies_on") is not None else None,
     )
 
 

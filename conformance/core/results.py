@@ -139,6 +139,15 @@ class GateResult:
     """``(i, n)``: this run was shard i of n (``--shard i/n``)."""
     workers: int = 1
     """Worker processes the units ran in (``--workers``)."""
+    contract: Any = None
+    """The :class:`~shmspec.conformance.core.contract.Contract` the target
+    was judged by (None: a protocol without declared contracts)."""
+
+    @property
+    def contract_name(self) -> str:
+        """The contract as the reports name it: the model profile, plus what
+        the declaration changed (:attr:`Contract.name`)."""
+        return self.contract.name if self.contract is not None else self.model_profile
 
     @property
     def seed_text(self) -> str:
@@ -186,12 +195,16 @@ class GateResult:
         """Verdict per property: fail if any violation; pass if a campaign that
         checks it ran to the end; unknown if the only campaigns that check it
         ran out of budget; not-claimed if the target's contract does not claim
-        it (a campaign ran it and reported what it saw); otherwise not-checked."""
+        it (a campaign ran it and reported what it saw, or the declared
+        contract's ``not_claimed`` names it); otherwise not-checked."""
         out = {}
         failed = {v.property for v in self.violations}
+        declared = self.contract.not_claimed if self.contract is not None else {}
         for pid in self.property_ids:
             if pid in failed:
                 out[pid] = "fail"
+            elif pid in declared:
+                out[pid] = "not-claimed"
             elif any(c.completed and pid in c.checks for c in self.campaigns):
                 out[pid] = "pass"
             elif any(c.unknown and pid in c.checks for c in self.campaigns):

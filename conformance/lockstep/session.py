@@ -405,8 +405,9 @@ class Session:
         owed = [reader for reader in self.config.readers if refs and self.owed(refs[-1], reader) > 0]
         protected = any(c.protected for c in self.state.ring.chunks if c.id == head.id)
         name = f"{refs[-1].ref} (key {refs[-1].key!r})" if refs else "a chunk no handle was issued for"
-        if owed or protected:  # the client still owes a read (or a touch holds it): not the store's fault
-            rule = ("a reference never read" if owed else "a touch without a later get_cached or release_touches")
+        rule = ("a reference never read" if owed else "a touch without a later get_cached or release_touches")
+        relied = self.config.relies_on is None or rule in self.config.relies_on
+        if (owed or protected) and relied:  # the client still owes a read (or a touch holds it): not the store's fault
             self.deviations.append({
                 "rule": rule, "property": "PROG", "step": len(self.trace),
                 "message": f"chunk id {head.id} at {head.address}, {name}, stays live after the drain: "

@@ -146,8 +146,11 @@ def judge(result: GateResult, baseline: Baseline | None = None, width: int = 120
                              if c.unknown and p.id in c.checks) + " (a budget ran out: not a pass)"
         elif verdict == "not-claimed":
             status = "skipped"
-            text = "; ".join(f"not claimed by the target's contract: {c.not_claimed[p.id]}" for c in result.campaigns
-                             if p.id in c.not_claimed)
+            declared = result.contract.not_claimed if result.contract is not None else {}
+            text = "; ".join([f"not claimed by the contract {result.contract_name}: {declared[p.id]}"]
+                             if p.id in declared else
+                             [f"not claimed by the target's contract: {c.not_claimed[p.id]}" for c in result.campaigns
+                              if p.id in c.not_claimed])
         else:
             status, text = "skipped", (f"not checked by this run's campaigns (gate profile {result.profile}, "
                                        f"concurrency {result.concurrency})")
@@ -198,7 +201,8 @@ def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: P
     props = ET.SubElement(suite, "properties")
     for name, value in (("target", result.target), ("protocol", result.protocol), ("profile", result.profile),
                         ("seed", result.seed_text), ("construction", result.construction.name),
-                        ("model_profile", result.model_profile), ("verdict", result.verdict),
+                        ("model_profile", result.model_profile), ("contract", result.contract_name),
+                        ("verdict", result.verdict),
                         ("report_dir", str(report_dir) if report_dir else "")):
         ET.SubElement(props, "property", name=name, value=value)
     for o in outcomes:
@@ -231,7 +235,7 @@ def step_summary(result: GateResult, outcomes: list[PropertyOutcome], report_dir
     failing = [o for o in outcomes if o.failing]
     lines = [f"### shmspec check `{result.target}`: {'FAIL' if failing else 'PASS'}", "",
              f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed_text}, construction "
-             f"{result.construction.name}, contract (model profile) {result.model_profile}, "
+             f"{result.construction.name}, contract {result.contract_name}, "
              f"{result.seconds:.0f} s", "", "| property | result | violations |", "| --- | --- | --- |"]
     lines += [f"| {o.id} | {_MARK[o.status]} | {', '.join(o.violations)} |" for o in outcomes]
     new = [o for o in outcomes if o.status == "failed"]

@@ -28,6 +28,11 @@ table.props tr.fail td { color: #b00020; font-weight: bold; }
 section.violation { border-left: 4px solid #b00020; padding-left: 1em; margin-top: 1.5em; }
 pre.rich { font-size: 0.85em; line-height: 1.25; overflow-x: auto; }
 code.replay { background: #f2f2f2; padding: 0.2em 0.4em; display: inline-block; }
+table.lanes { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
+table.lanes th, table.lanes td { border: 1px solid #ddd; padding: 0.15em 0.5em; vertical-align: top; text-align: left; }
+table.lanes td.step { color: #666; text-align: right; }
+table.lanes td.harmful { background: #fde7ea; border: 2px solid #b00020; font-weight: bold; }
+p.why { background: #f7f7fb; padding: 0.5em 0.8em; border-left: 3px solid #6060a0; }
 """
 
 _BLOB = re.compile(r"Blob\(([0-9a-f]{2,})(?:\.\.\.)?, (\d+) B\)")
@@ -68,7 +73,10 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
              f"<span class='verdict-{e(verdict)}'>{e(verdict.upper())}</span></h1>",
              "<p id='run'>" + e(f"protocol {result.protocol}, gate profile {result.profile}, seed {result.seed_text}, "
                                  f"concurrency {result.concurrency}, construction {result.construction.name}, "
-                                 f"contract (model profile) {result.model_profile}, {result.seconds:.1f} s"
+                                 f"contract {result.contract_name}"
+                                 + (f" (declared by {result.contract.source})"
+                                    if result.contract is not None and result.contract.source else "")
+                                 + f", {result.seconds:.1f} s"
                                  + (f", started {started}" if started else "")) + "</p>"]
     vs = result.violations
     parts.append(f"<section id='violations'><h2>Violations ({len(vs)})</h2>")
@@ -102,6 +110,11 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
         if payloads:
             parts.append("<p class='payloads'>Payloads as text: " + "; ".join(
                 f"<code>{e(raw)}</code> = <code>{e(text)}</code>" for raw, text in payloads) + "</p>")
+        parts.append(lanes_table(v, step, f"V{i}"))
+        why = why_text(v.property)
+        if why:
+            parts.append(f"<p class='why'><strong>Why the store allowed it.</strong> {e(why)} The marked step is "
+                         f"where this run's target did so.</p>")
         parts.append(panel)
         parts.append(f"<p>Replay: <code class='replay'>{e(_replay_command(report_dir, i, v))}</code> "
                      "(fails while the violation stands; <code>SHMSPEC_TARGET=...</code> replays it on another "
@@ -112,4 +125,83 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
     return "\n".join(parts) + "\n"
 
 
-__all__ = ["decoded_payloads", "page"]
+def lanes_table(v: Violation, broken: dict | None, anchor: str = "V") -> str:
+    """The trace as a timeline: one column (lane) per process in order of
+    first appearance, one row per step; the breaking step's cell has class
+    ``harmful`` (id ``<anchor>-harmful``; the table's ``<anchor>-lanes``)
+    and names the property it breaks."""
+    from html import escape as e
+
+    lanes = list(dict.fromkeys(str(s.get("process", "?")) for s in v.steps))
+    rows = [f"<table class='lanes' id='{e(anchor)}-lanes'><tr><th>step</th>"
+            + "".join(f"<th>{e(p)}</th>" for p in lanes) + "</tr>"]
+    for s in v.steps:
+        what = " ".join(str(x) for x in (s.get("kind") if s.get("kind") not in (None, "", "call") else "",
+                                         s.get("action", "")) if x)
+        if s.get("yield_point"):
+            what += f" ▸ {s['yield_point']}"
+        args = ", ".join(f"{k}={a}" for k, a in (s.get("args") or {}).items())
+        text = what + (f"({args})" if args else "")
+        if s.get("observed") not in (None, ""):
+            text += f" → {s['observed']}"
+        harmful = broken is not None and s is broken
+        cells = []
+        for p in lanes:
+            if p != str(s.get("process", "?")):
+                cells.append("<td></td>")
+            elif harmful:
+                cells.append(f"<td class='harmful' id='{e(anchor)}-harmful' "
+                             f"title='the step that breaks {e(v.property)}'>✗ breaks "
+                             f"{e(v.property)}: {e(text)}</td>")
+            else:
+                cells.append(f"<td>{e(text)}</td>")
+        rows.append(f"<tr><td class='step'>{e(str(s.get('index', '')))}</td>{''.join(cells)}</tr>")
+    rows.append("</table>")
+    return "".join(rows)
+
+
+def why_text(prop: str) -> str | None:
+    """How a store comes to allow a violation of ``prop``: the mechanism
+    behind this property's counterexamples on the stores shmspec has judged
+    (docs/semantics.md, docs/matrix.md); None for a property of another protocol."""
+    return WHY.get(prop)
+
+
+WHY: dict[str, str] = {
+    "NRR": "A get trusted the handle's address: it deserialized the bytes there without first confirming, while "
+           "the chunk could not change, that the chunk at that address is still the one the handle names (its id in "
+           "the chunk header). The writer had reclaimed and refilled it, so the reader read a recycled slot (ABA).",
+    "DUP": "The put did not find the cached key before it wrote (the check came late or not at all), so a second "
+           "put of the key overwrote or duplicated the first.",
+    "LOCK": "The reader's constructor accepted a missing lock; nothing then orders the reader's count updates "
+            "against the writer's reclaim.",
+    "SIZE": "The size check came after the allocation, or not at all, so an oversized object changed the ring.",
+    "OOM": "The put's fit test disagrees with the room FIFO reclaim leaves: it refused when a contiguous run "
+           "existed (an off-by-one at the tail or the wrap), or it allocated over a live chunk.",
+    "FIFO": "Reclaim freed a younger chunk while an older one was still busy, so the free region is no longer the "
+            "one run FIFO order keeps.",
+    "RC": "The chunk's read count reached its threshold before every promised read was made (a count shared by "
+          "all readers, or bumped before the read was validated), so the writer reclaimed it early.",
+    "DISJ": "The allocation placed a chunk over a live one or past the segment's end (the wrap arithmetic).",
+    "WRAP": "Ids were not kept modulo 2**31 consistently, so after the wrap two live chunks carried one id and a "
+            "handle resolved to the wrong one.",
+    "CLR": "clear() reset the ring but left handles issued before it resolvable: the ids or addresses it reset are "
+           "reused by new puts, so an old handle lands on a new object.",
+    "AUTH": "The handle's signature was checked after shared bytes were read, or it does not cover the fields that "
+            "locate the chunk, so a forged or altered handle was followed.",
+    "LEAK": "Closing the writer did not unlink the segment, or a path out of it skipped the unlink.",
+    "EXC": "The operation changed shared state before the step that raised and did not undo it, so the store was "
+           "left between its before- and after-states.",
+    "PROM": "One reader's reads counted toward another reader's promise (a count shared by the readers), so the "
+            "chunk was reclaimed before this reader made its read.",
+    "PROG": "A count threshold that can no longer be reached pins the oldest chunk, and FIFO reclaim stops at it.",
+    "LIVE": "A wait depends on another process's progress without a bound: a lock a killed process held (no "
+            "robust release), or a spin on a flag only that process would set.",
+    "SW": "The writer's state (the ring's tail, the key index) changes in several steps with no lock around them, "
+          "so two threads interleaved between the steps.",
+    "CONFORMANCE": "The target's outcome or state differs from the model's for the same step: a behaviour the "
+                   "contract does not allow, or bookkeeping the model does not know.",
+}
+
+
+__all__ = ["WHY", "decoded_payloads", "lanes_table", "page", "why_text"]

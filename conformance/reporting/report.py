@@ -43,6 +43,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "target_source": target_source,
         "protocol": result.protocol,
         "model_profile": result.model_profile,
+        "contract": result.contract.to_json() if result.contract is not None else None,
         "profile": result.profile,
         "concurrency": result.concurrency,
         "construction": result.construction.to_json(),
@@ -248,7 +249,8 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
             Text.assemble(
                 ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
                 f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed_text}\n",
-                f"construction {result.construction.name}",
+                f"construction {result.construction.name}  contract {result.contract_name}"
+                + (f" ({result.contract.source})" if result.contract is not None and result.contract.source else ""),
             )
         )
     )

@@ -291,7 +291,9 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
 
     t0 = time.monotonic()
     if on_progress:
-        on_progress(f"{len(seeds)} seed units on {min(workers, len(seeds))} workers", 0, len(seeds))
+        n = min(workers, len(seeds))
+        on_progress(f"seed units: {len(seeds)} (seeds {', '.join(map(str, seeds))}) on {n} worker{'s' * (n != 1)}",
+                    0, len(seeds))
     parts = _units.run_units(run_one, seeds, workers, on_progress)
     if not any(isinstance(p, GateResult) for p in parts):  # no unit reported: an error verdict, never a pass
         protocol = protocol_of(target)
@@ -301,8 +303,6 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
                               registry=protocol.properties)
     result = _units.merge(list(zip(seeds, parts)), time.monotonic() - t0, shard, workers, units)
     result.seed = seed
-    if on_progress:
-        on_progress("done", len(seeds), len(seeds))
     return result
 
 

@@ -70,7 +70,8 @@ def run_units(run_one: Callable[[int], GateResult], seeds: list[int], workers: i
     a forked process; the results in ``seeds``' order, a unit that failed to
     report being the error text instead.
 
-    ``on_progress("seed S", done, total)`` is called as units end.
+    ``on_progress("seed unit D/T ended (seed S)", done, total)`` is called
+    as units end.
     """
     import multiprocess as mp
     from multiprocess.connection import wait
@@ -97,7 +98,8 @@ def run_units(run_one: Callable[[int], GateResult], seeds: list[int], workers: i
                 i, p, _ = running.pop(sentinel)
                 results[i] = _collect(pipes.pop(i), p, seeds[i])
                 if on_progress:
-                    on_progress(f"seed {seeds[i]}", len(results), len(seeds))
+                    on_progress(f"seed unit {len(results)}/{len(seeds)} ended (seed {seeds[i]})", len(results),
+                                len(seeds))
             for sentinel, (i, p, started) in list(running.items()):
                 if time.monotonic() - started > unit_limit:
                     running.pop(sentinel)

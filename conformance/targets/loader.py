@@ -39,6 +39,7 @@ import re
 import subprocess
 import sys
 import tempfile
+from typing import Any
 import types
 import urllib.error
 import urllib.parse
@@ -76,6 +77,10 @@ class LoadedTarget:
     module: ModuleType
     profile: Profile
     source: Path | None = None
+    contract: Any = None
+    """The contract its module declares (``SHMSPEC_CONTRACT``,
+    :mod:`~shmspec.conformance.core.contract`), already applied to ``profile``;
+    None when it declares none."""
 
     def __reduce__(self):
         # A spawned worker gets the target by its spec and loads it afresh
@@ -160,7 +165,20 @@ def load_file(path: str | Path, spec: str | None = None, profile: Profile | None
     missing = [c for c in REQUIRED if not isinstance(getattr(module, c, None), type)]
     if missing:
         raise TargetError(f"{path} does not define {', '.join(missing)}")
-    return LoadedTarget(spec or f"file:{path}", module, profile or detect_profile(module), path)
+    profile = profile or detect_profile(module)
+    declared = getattr(module, "SHMSPEC_CONTRACT", None)
+    contract = None
+    if declared is not None:  # the module's own contract (docs/ci.md#contracts)
+        from shmspec.model.properties import PROPERTIES
+
+        from ..core.contract import parse
+        from ..core.errors import UsageError
+        try:
+            contract = parse(declared, profile, f"SHMSPEC_CONTRACT in {path}", tuple(p.id for p in PROPERTIES))
+        except UsageError as exc:
+            raise TargetError(str(exc)) from None
+        profile = contract.apply(profile)
+    return LoadedTarget(spec or f"file:{path}", module, profile, path, contract)
 
 
 def index_url() -> str:
@@ -450,12 +468,14 @@ def _reload(spec: str, profile: Profile) -> LoadedTarget:
     return t if t.profile == profile else LoadedTarget(t.spec, t.module, profile, t.source)
 
 
-def load_target(spec: str) -> LoadedTarget:
-    """Resolve a ``--target`` string.
+def load_target(spec: "str | LoadedTarget") -> LoadedTarget:
+    """Resolve a ``--target`` string (a target already loaded is returned as it is).
 
     Raises:
         TargetError: unknown form, or loading failed.
     """
+    if isinstance(spec, LoadedTarget):
+        return spec
     if spec == "impl":
         from shmspec import impl
 

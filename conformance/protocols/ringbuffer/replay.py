@@ -86,6 +86,13 @@ def replay_case(target: str, case: dict[str, Any]) -> str | None:
     if "config" not in case:
         raise UsageError("a violation to replay needs its 'config' (a report.json violation or repro case)")
     mode = case.get("concurrency", "off")
+    if "contract" in case["config"]:  # found under a --contract: judged by its profile and variants again
+        from dataclasses import replace
+
+        from shmspec.model.profile import PROFILES
+        c = case["config"]["contract"]
+        loaded = load_target(target)
+        target = replace(loaded, profile=replace(PROFILES[c["profile"]], clr=c["clr"], sw=c["sw"]))
     if "calls" in case:
         calls = case["calls"]
     else:

@@ -39,7 +39,7 @@ def test_the_page_has_a_title_a_violation_list_and_a_section_per_violation(stale
     assert "READ: a get returns the value its key was first put with" in section
     assert "Broken at step 2 (writer get)" in section and "✗ 2" in section and "✗ breaks READ" in section
     assert f'{sys.executable} -m pytest {d}/repro_test.py -k "V1-READ"' in section  # the interpreter with shmspec
-    assert "contract (model profile) toy" in dom.by_id["run"] and "seed 0" in dom.by_id["run"]
+    assert "contract toy," in dom.by_id["run"] and "seed 0" in dom.by_id["run"]
     assert "verdict: FAIL" in dom.by_id["console"]  # the whole console report follows
 
 
@@ -57,3 +57,17 @@ def test_printable_payloads_are_decoded_and_others_left():
     text = "returned Blob(464f524745446833, 8 B) for h3, which holds Blob(03000000a5a5a5a5a5a5a5a5..., 84 B)"
     assert decoded_payloads(text) == [("Blob(464f524745446833, 8 B)", "FORGEDh3")]
     assert decoded_payloads("Blob(6869..., 40 B)") == [("Blob(6869..., 40 B)", "hi...")]
+
+
+def test_the_trace_is_drawn_as_lanes_with_the_breaking_step_marked(stale_page):
+    _, dom = stale_page
+    assert dom.by_id["V1-lanes"].startswith("stepwriter")  # one lane: the toy store has only a writer
+    assert dom.by_id["V1-harmful"].startswith("✗ breaks READ: get(key=")
+
+
+def test_every_ring_buffer_property_says_how_a_store_comes_to_allow_it():
+    from shmspec.conformance.reporting.page import WHY, why_text
+    from shmspec.model.properties import PROPERTIES
+
+    assert set(WHY) == {p.id for p in PROPERTIES}
+    assert why_text("READ") is None  # another protocol's property: no text rather than a wrong one

@@ -137,4 +137,9 @@ def test_a_browser_renders_a_controlled_schedule_finding(tmp_path):
     section = dom.by_id["V1"]
     assert f"Broken at step {last['index']}" in section and f"✗ {last['index']}" in section and "✗ breaks" in section
     assert f"{sys.executable} -m pytest {rep}/repro_test.py" in section
+    # the lanes timeline: a column per process, the breaking step's cell marked and named; the why
+    lanes = dom.by_id["V1-lanes"]
+    assert all(p in lanes for p in ("writer", "r1")) and dom.by_id["V1-harmful"].startswith("✗ breaks RC")
+    assert last["action"] in dom.by_id["V1-harmful"]
+    assert "Why the store allowed it." in section and "read count reached its threshold" in section
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one

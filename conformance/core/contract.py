@@ -1,0 +1,148 @@
+"""The contract a target is judged by: its model profile, the variants it
+chooses (CLR, SW), the properties it does not claim and the client rules it
+relies on.  Declared in the target module (``SHMSPEC_CONTRACT = {...}``) or
+by ``shmspec check --contract FILE`` (TOML or JSON, the same keys); the
+command line wins.  Every report names the contract and where it came from.
+
+Keys (all optional)::
+
+    profile = "vllm-0.32"          # a model profile (shmspec.model.profile.PROFILES)
+    clr = "drain"                  # CLR variant: drain | strict (SEMANTICS.md, CLR)
+    sw = "one-thread"              # SW variant: one-thread | threads (SEMANTICS.md, SW)
+    relies_on = ["a reference never read"]   # client rules (CLIENT_RULES); default: all
+    [not_claimed]                  # property id -> why the store does not claim it
+    LIVE = "our writer blocks by design until a reader frees a chunk"
+
+A property not claimed is run and reported but gets the verdict
+``not-claimed`` and never fails the run.  A client rule left out of
+``relies_on`` is one the store says it tolerates: a client breaking it is
+then the store's violation (PROG), not a client deviation.
+
+Imports nothing of the harness above ``core``.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Any
+
+from shmspec.model.profile import PROFILES, Profile
+
+from .errors import UsageError
+
+CLIENT_RULES: dict[str, str] = {
+    "a reference never read": "a handle the client was given is read (get) by every reader it was promised to "
+                              "(PROG counts a chunk owed a read as the client's, not the store's)",
+    "a touch without a later get_cached or release_touches": "a touch is ended by get_cached or release_touches "
+                                                             "(a touch still held protects its chunk)",
+}
+"""The client rules SEMANTICS.md lets a store rely on (PROG), by the name a
+client deviation is reported under."""
+
+KEYS = ("profile", "clr", "sw", "relies_on", "not_claimed")
+VARIANTS = {"clr": ("drain", "strict"), "sw": ("one-thread", "threads")}
+
+
+@dataclass(frozen=True)
+class Contract:
+    """A declared contract.  ``source``: where it was declared (``--contract
+    PATH``, ``SHMSPEC_CONTRACT in PATH``) or ``None`` (the profile's own,
+    nothing declared)."""
+
+    profile: str
+    clr: str
+    sw: str
+    relies_on: tuple[str, ...] = tuple(CLIENT_RULES)
+    not_claimed: dict[str, str] = field(default_factory=dict)
+    source: str | None = None
+
+    @property
+    def name(self) -> str:
+        """``vllm-0.32`` when nothing departs from the profile, else e.g.
+        ``vllm-0.32 (clr=strict, not claimed: LIVE)``."""
+        base = PROFILES[self.profile]
+        parts = [f"{k}={getattr(self, k)}" for k in ("clr", "sw") if getattr(self, k) != getattr(base, k)]
+        if self.not_claimed:
+            parts.append("not claimed: " + ", ".join(self.not_claimed))
+        if set(self.relies_on) != set(CLIENT_RULES):
+            parts.append("relies on " + (", ".join(repr(r) for r in self.relies_on) or "no client rule"))
+        return self.profile + (f" ({'; '.join(parts)})" if parts else "")
+
+    def apply(self, profile: Profile) -> Profile:
+        """The model profile the target is judged by: ``profile`` with the
+        declared variants."""
+        return replace(PROFILES[self.profile] if self.profile != profile.name else profile, clr=self.clr, sw=self.sw)
+
+    def to_json(self) -> dict[str, Any]:
+        return {"name": self.name, "source": self.source, "profile": self.profile, "clr": self.clr, "sw": self.sw,
+                "relies_on": list(self.relies_on), "not_claimed": dict(self.not_claimed)}
+
+
+def of_profile(profile: Profile) -> Contract:
+    """The contract nothing declared: the profile's own variants, every client rule relied on."""
+    return Contract(profile.name, profile.clr, profile.sw)
+
+
+def parse(data: Any, profile: Profile, source: str, property_ids: tuple[str, ...]) -> Contract:
+    """A contract from its declaration (a mapping of :data:`KEYS`) over the
+    target's ``profile``.
+
+    Raises:
+        UsageError: an unknown key, profile, variant, client rule or property
+            id, or a not-claimed property without a reason (one line, naming
+            ``source``).
+    """
+    if not isinstance(data, dict):
+        raise UsageError(f"{source}: a contract is a table of {', '.join(KEYS)}, not {type(data).__name__}")
+    unknown = sorted(set(data) - set(KEYS))
+    if unknown:
+        raise UsageError(f"{source}: unknown contract key {unknown[0]!r} (known: {', '.join(KEYS)})")
+    name = data.get("profile", profile.name)
+    if name not in PROFILES:
+        raise UsageError(f"{source}: unknown profile {name!r} (choose from {', '.join(PROFILES)})")
+    base = PROFILES[name] if name != profile.name else profile
+    values = {}
+    for key, allowed in VARIANTS.items():
+        values[key] = data.get(key, getattr(base, key))
+        if values[key] not in allowed:
+            raise UsageError(f"{source}: {key} must be one of {', '.join(allowed)}, not {values[key]!r}")
+    relies = data.get("relies_on", list(CLIENT_RULES))
+    if not isinstance(relies, list) or any(r not in CLIENT_RULES for r in relies):
+        bad = relies if not isinstance(relies, list) else next(r for r in relies if r not in CLIENT_RULES)
+        raise UsageError(f"{source}: relies_on names client rules ({'; '.join(CLIENT_RULES)}), not {bad!r}")
+    not_claimed = data.get("not_claimed", {})
+    if not isinstance(not_claimed, dict):
+        raise UsageError(f"{source}: not_claimed is a table of property id = reason")
+    for pid, why in not_claimed.items():
+        if pid not in property_ids:
+            raise UsageError(f"{source}: not_claimed names {pid!r}, not a property id ({', '.join(property_ids)})")
+        if not isinstance(why, str) or not why.strip():
+            raise UsageError(f"{source}: not_claimed {pid} needs a reason (a non-empty string)")
+    return Contract(name, values["clr"], values["sw"], tuple(relies), dict(not_claimed), source)
+
+
+def load_file(path: Path, profile: Profile, property_ids: tuple[str, ...]) -> Contract:
+    """``--contract PATH``: TOML (``.toml``) or JSON.
+
+    Raises:
+        UsageError: unreadable, not TOML/JSON, or not a valid contract.
+    """
+    try:
+        text = path.read_text()
+    except OSError as exc:
+        raise UsageError(f"cannot read the contract {path}: {exc.strerror or exc}") from None
+    try:
+        if path.suffix == ".json":
+            data = json.loads(text)
+        else:
+            import tomllib
+
+            data = tomllib.loads(text)
+    except (ValueError, json.JSONDecodeError) as exc:
+        raise UsageError(f"{path}: not {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+    return parse(data, profile, f"--contract {path}", property_ids)
+
+
+__all__ = ["CLIENT_RULES", "Contract", "load_file", "of_profile", "parse"]
