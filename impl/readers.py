@@ -88,16 +88,22 @@ class ReaderTable:
     @classmethod
     def create(cls, ring_name: str, n_readers: int, max_chunks: int, data_bytes: int,
                max_object_size: int) -> "ReaderTable":
-        """Writer: create and reserve the table (raises ``SharedMemoryFull``)."""
+        """Writer: create and reserve the table (raises ``SharedMemoryFull``).
+        Any exception before it is returned (a KeyboardInterrupt from a
+        cancelled run included) unlinks the half-made table."""
         shm = segment.create_segment(layout.table_size(n_readers, max_chunks), table_name(ring_name))
-        words = shm.buf[: shm.size - shm.size % 8].cast("Q")
-        words[layout.TBL_N_READERS] = n_readers
-        words[layout.TBL_MAX_OBJECT] = max_object_size
-        words[layout.TBL_DATA_BYTES] = data_bytes
-        words[layout.TBL_MAX_CHUNKS] = max_chunks
-        words[layout.TBL_MAGIC] = layout.TABLE_MAGIC  # last: the table is complete
-        words.release()
-        return cls(shm, owner=True)
+        try:
+            words = shm.buf[: shm.size - shm.size % 8].cast("Q")
+            words[layout.TBL_N_READERS] = n_readers
+            words[layout.TBL_MAX_OBJECT] = max_object_size
+            words[layout.TBL_DATA_BYTES] = data_bytes
+            words[layout.TBL_MAX_CHUNKS] = max_chunks
+            words[layout.TBL_MAGIC] = layout.TABLE_MAGIC  # last: the table is complete
+            words.release()
+            return cls(shm, owner=True)
+        except BaseException:
+            segment.release_segment(shm, unlink=True)
+            raise
 
     @classmethod
     def attach(cls, ring_name: str, n_readers: int, max_object_size: int) -> "ReaderTable":

@@ -121,8 +121,8 @@ class SingleWriterShmRingBuffer:
             if name is None:
                 raise ValueError("A reader must be given the segment name to attach to.")
             self.shared_memory = segment.attach_segment(name)
-        buf = self.shared_memory.buf
         try:
+            buf = self.shared_memory.buf
             self._ctl = buf[layout.CONTROL_OFFSET : layout.DATA_OFFSET].cast("Q")
             if self.is_writer:
                 ctl = self._ctl

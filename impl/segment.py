@@ -66,6 +66,9 @@ def create_segment(size: int, name: str | None) -> shared_memory.SharedMemory:
             if exc.errno not in (errno.EOPNOTSUPP, errno.EINVAL, errno.ENODEV):
                 raise
             # a filesystem without fallocate: the segment stays sparse
+        except BaseException:  # a KeyboardInterrupt (a cancelled run) mid-reservation: no segment left behind
+            release_segment(shm, unlink=True)
+            raise
     return shm
 
 

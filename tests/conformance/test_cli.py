@@ -163,6 +163,8 @@ def test_bad_concurrency_mode():
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sigterm")  # one worker: the random moments may cut a segment's creation, which
+# the other test would count as its orphan
 def test_sigterm_stops_workers_and_removes_segments(tmp_path):
     """A cancelled CI job (SIGTERM to the gate) leaves no process and no segment."""
     import signal
@@ -234,6 +236,8 @@ def test_an_interrupt_swallowed_by_python_still_exits_130(capsys):
 
 
 @pytest.mark.slow
+@pytest.mark.xdist_group("sigterm")  # one worker: the random moments may cut a segment's creation, which
+# the other test would count as its orphan
 def test_sigterm_at_random_moments_never_passes(tmp_path):
     """A cancelled gate never exits 0: SIGTERM at 12 moments drawn from a
     seeded generator, one in each half second of the first 6 s (start-up,

@@ -1033,3 +1033,36 @@ def test_keyboard_interrupt_in_a_reader_get_leaves_no_pin(exc_made, monkeypatch)
     for f in failures:
         print("  FAIL:", f)
     assert not failures, "\n".join(failures)
+
+
+@pytest.mark.parametrize("where", ["fallocate", "table"])
+def test_an_interrupt_while_a_writer_is_built_leaves_no_segment(where, monkeypatch):
+    """A KeyboardInterrupt (a cancelled run's SIGTERM, as the CLI turns it)
+    landing while the writer's segments are being made: in the ring's
+    reservation (posix_fallocate), or once the reader table exists but
+    before its view does.  The half-made segment is unlinked.  Seen
+    2026-12-02: a reader table left in /dev/shm by a gate cancelled in its
+    lockstep campaigns."""
+    import uuid
+
+    from shmspec.impl import readers, segment
+
+    def interrupt(*args, **kwargs):
+        raise KeyboardInterrupt
+
+    name = f"shmspec_t_{uuid.uuid4().hex[:8]}"
+    if where == "fallocate":
+        monkeypatch.setattr(segment.os, "posix_fallocate", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            shmspec.impl.SingleWriterShmRingBuffer(4096, name=name, create=True)
+        assert not segment_exists(name)
+        return
+    ring = shmspec.impl.SingleWriterShmRingBuffer(4096, name=name, create=True)
+    try:
+        monkeypatch.setattr(readers.ReaderTable, "__init__", interrupt)
+        with pytest.raises(KeyboardInterrupt):
+            shmspec.impl.SingleWriterShmObjectStorage(max_object_size=1024, n_readers=1, ring_buffer=ring)
+        assert segment_exists(name) and not segment_exists(readers.table_name(name))
+    finally:
+        ring.close()
+    assert not segment_exists(name)

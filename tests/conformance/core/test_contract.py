@@ -86,7 +86,7 @@ def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path):
     assert "contract impl (clr=strict" in (report / "report.html").read_text()
     # a replay judges by the contract it was found under, not the target's own
     clr = next(v for v in data["violations"] if v["property"] == "CLR")
-    assert clr["config"]["contract"] == {"profile": "impl", "clr": "strict", "sw": "one-thread"}
+    assert clr["config"]["contract"] == {"profile": "impl", "clr": "strict", "sw": "threads"}
     assert shmspec.replay("impl", clr).startswith("CLR")
     prog = next(v for v in data["violations"] if v["property"] == "PROG")
     assert shmspec.replay("impl", prog).startswith("PROG")
