@@ -296,6 +296,22 @@ def test_run_tlc_times_the_search_and_stops_at_its_timeout():
 
 @pytest.mark.slow
 @java
+def test_tlc_workers_explore_the_same_state_space(capsys, tmp_path):
+    """``shmspec model --workers 2``: the runs that must hold use two TLC
+    workers and reach the same states as one (counts compared); the CLI
+    refuses a bad count before any TLC run."""
+    from shmspec.conformance.cli import main
+
+    cfg = tlc.default_tla_dir() / "MC_impl_reread.cfg"
+    one, two = tlc.run_tlc(cfg), tlc.run_tlc(cfg, workers=2)
+    assert one.status == two.status == "ok"
+    assert (one.distinct, one.generated) == (two.distinct, two.generated) and one.distinct > 0
+    assert main(["model", "--workers", "none", "--report-dir", str(tmp_path / "m")]) == 2
+    assert "--workers takes N >= 1 or auto" in capsys.readouterr().err and not (tmp_path / "m").exists()
+
+
+@pytest.mark.slow
+@java
 def test_model_html_tells_expected_counterexamples_from_failures(outcomes):
     """model.html: a counterexample a config asks for (``must fail``) is drawn
     as expected, in yellow and titled so, not as a failure; the one-line form
