@@ -72,8 +72,13 @@ class Contract:
 
     def apply(self, profile: Profile) -> Profile:
         """The model profile the target is judged by: ``profile`` with the
-        declared variants."""
-        return replace(PROFILES[self.profile] if self.profile != profile.name else profile, clr=self.clr, sw=self.sw)
+        declared variants.  ``clr="strict"`` also turns the model's drain
+        window off (as ``impl-strict``): the model then predicts the
+        stale-handle error for a pre-clear handle, so the trace's expected
+        column is the strict contract's."""
+        base = PROFILES[self.profile] if self.profile != profile.name else profile
+        drain = base.drain and self.clr == "drain"
+        return replace(base, clr=self.clr, sw=self.sw, drain=drain)
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "profile": self.profile, "clr": self.clr, "sw": self.sw,
@@ -141,7 +146,7 @@ def load_file(path: Path, profile: Profile, property_ids: tuple[str, ...]) -> Co
 
             data = tomllib.loads(text)
     except (ValueError, json.JSONDecodeError) as exc:
-        raise UsageError(f"{path}: not {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
+        raise UsageError(f"--contract {path}: not {'JSON' if path.suffix == '.json' else 'TOML'}: {exc}") from None
     return parse(data, profile, f"--contract {path}", property_ids)
 
 

@@ -52,9 +52,9 @@ class Violation:
     """The store protocol whose campaign found it (:mod:`shmspec.conformance.protocols`);
     a replay goes to that protocol."""
     seed: int | None = None
-    """In a run of several seed units (``--seeds``): the seed of the unit that
-    found it (its free-running config and its Hypothesis exploration); None
-    in a one-seed run (the run's ``seed``)."""
+    """The seed of the run, or in a run of several seed units (``--seeds``)
+    of the unit, that found it (its Hypothesis exploration and free-running
+    load); None where no gate ran (a TLC or z3 counterexample)."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""

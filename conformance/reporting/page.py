@@ -56,7 +56,7 @@ def _replay_command(report_dir: Path | None, n: int, v: Violation) -> str:
 
     where = f"{report_dir}/repro_test.py" if report_dir is not None else "repro_test.py"
     # the interpreter that ran the gate: the one with shmspec installed (a bare `python` may not have it)
-    return f'{shlex.quote(sys.executable)} -m pytest {shlex.quote(where)} -k "V{n}-{v.property}"'
+    return f'{shlex.quote(sys.executable)} -m pytest {shlex.quote(where)} -k "V{n}-{v.property}" -p no:cacheprovider'
 
 
 def page(result: GateResult, report_dir: Path | None, console_html: str,
@@ -92,10 +92,12 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
     props = result.properties
     parts.append("<section id='properties'><h2>Properties</h2><table class='props'><tr><th>property</th><th>verdict</th>"
                  "<th>violations</th><th>statement</th></tr>")
+    unclaimed = result.contract.not_claimed if result.contract is not None else {}
     for p in result.registry:
         links = " ".join(f"<a href='#V{i}'>V{i}</a>" for i, v in enumerate(vs, 1) if v.property == p.id)
+        why = f" <em>Not claimed by the contract: {e(unclaimed[p.id])}</em>" if p.id in unclaimed else ""
         parts.append(f"<tr class='{e(props[p.id])}'><td>{e(p.id)}</td><td>{e(props[p.id])}</td><td>{links}</td>"
-                     f"<td>{e(p.statement)}</td></tr>")
+                     f"<td>{e(p.statement)}{why}</td></tr>")
     parts.append("</table></section>")
     for i, (v, panel) in enumerate(zip(vs, panels), 1):
         statement = result.descriptions.get(v.property, "")
@@ -185,8 +187,10 @@ WHY: dict[str, str] = {
     "DISJ": "The allocation placed a chunk over a live one or past the segment's end (the wrap arithmetic).",
     "WRAP": "Ids were not kept modulo 2**31 consistently, so after the wrap two live chunks carried one id and a "
             "handle resolved to the wrong one.",
-    "CLR": "clear() reset the ring but left handles issued before it resolvable: the ids or addresses it reset are "
-           "reused by new puts, so an old handle lands on a new object.",
+    "CLR": "clear() left handles issued before it resolvable. Under the drain contract only a resolution to another "
+           "object breaks CLR: the ids or addresses clear() reset are reused by new puts, so an old handle lands on a "
+           "new object. Under the strict contract any resolution after the clear breaks it, even to the handle's "
+           "own intact object (a store that drains, as vLLM's and impl's do, keeps the drain contract, not this one).",
     "AUTH": "The handle's signature was checked after shared bytes were read, or it does not cover the fields that "
             "locate the chunk, so a forged or altered handle was followed.",
     "LEAK": "Closing the writer did not unlink the segment, or a path out of it skipped the unlink.",

@@ -255,6 +255,8 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         )
     )
     console.print(summary_table(result, statements=console.width >= 100))
+    for pid, why in (result.contract.not_claimed.items() if result.contract is not None else ()):
+        console.print(f"[cyan]{pid} not claimed by the contract: {why}[/]", highlight=False)
     skipped = [c for c in result.campaigns if c.skipped]
     for c in skipped:
         console.print(f"[yellow]campaign {c.name} skipped: {c.skipped}[/]")

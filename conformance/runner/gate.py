@@ -335,6 +335,7 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
     for r in results:
         for v in r.violations:
             v.protocol = protocol.name
+            v.seed = seed  # a seed unit's merge keeps it; a one-seed run's is the run's
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
                       config.writer_lock, Construction.of(config), protocol=protocol.name,
                       registry=protocol.properties)

@@ -170,7 +170,9 @@ def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tupl
 
     Per campaign (in unit 0's order): examples, steps and seconds summed over
     the units; completed only if every unit completed it; the first error,
-    unknown and skip reason, prefixed with the unit's seed.  Violations: all of
+    unknown and skip reason, prefixed with the unit's seed; ``rates``
+    (schedules, throughput, scenario details) the first unit's, but client
+    deviations' counts summed over the units.  Violations: all of
     the first unit's, then of each later unit those whose
     (property, failing step kind) no earlier unit found; each carries its
     ``seed``.  A unit that sent no result adds a campaign ``seed S`` with that

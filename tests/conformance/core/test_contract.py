@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import xml.etree.ElementTree as ET
+from dataclasses import replace
 
 import pytest
 
@@ -14,7 +15,7 @@ import shmspec
 from shmspec.conformance.cli import main
 from shmspec.conformance.core import contract as contracts
 from shmspec.conformance.targets.loader import load_file
-from shmspec.model.profile import IMPL, VLLM_0_32
+from shmspec.model.profile import IMPL, IMPL_STRICT, VLLM_0_32
 from helpers import TESTS
 
 IDS = ("NRR", "CLR", "LIVE", "PROG")
@@ -40,6 +41,8 @@ def test_a_contract_names_what_it_changes():
     c = contracts.parse({"clr": "strict", "not_claimed": {"LIVE": "blocks"}, "relies_on": []}, VLLM_0_32, "s", IDS)
     assert c.name == "vllm-0.32 (clr=strict; not claimed: LIVE; relies on no client rule)"
     assert c.apply(VLLM_0_32).clr == "strict" and c.apply(VLLM_0_32).signed == VLLM_0_32.signed
+    strict = contracts.parse({"clr": "strict"}, IMPL, "s", IDS).apply(IMPL)
+    assert strict == replace(IMPL_STRICT, name="impl")  # the strict model, as impl-strict's
 
 
 def test_a_module_declares_its_contract(tmp_path):
@@ -63,10 +66,10 @@ def test_a_bad_contract_file_fails_before_the_target_is_fetched(tmp_path, capsys
     assert "clr must be one of" in capsys.readouterr().err and not out.exists()
     bad.write_text("clr = \n")
     assert main(["check", "--contract", str(bad), "--report-dir", str(out)]) == 2
-    assert "not TOML" in capsys.readouterr().err and not out.exists()
+    assert "--contract " in (err := capsys.readouterr().err) and "not TOML" in err and not out.exists()
 
 
-def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path):
+def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path, capsys):
     """impl keeps vLLM's drain CLR and relies on its clients reading what
     they were promised; declared strict and relying on no client rule, it
     fails CLR and PROG, and LIVE, not claimed, is neither pass nor fail."""
@@ -76,6 +79,8 @@ def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path):
     status = main(["check", "--concurrency", "off", "--contract", str(contract), "--report-dir", str(report),
                    "--junit", str(tmp_path / "j.xml")])
     assert status == 1
+    out = capsys.readouterr().out
+    assert "LIVE not claimed by the contract: measured elsewhere" in out and "contract impl (clr=strict" in out
     data = json.loads((report / "report.json").read_text())
     assert data["contract"]["name"] == "impl (clr=strict; not claimed: LIVE; relies on no client rule)"
     assert data["contract"]["source"] == f"--contract {contract}"
@@ -83,7 +88,8 @@ def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path):
     assert data["properties"]["LIVE"] == "not-claimed" and data["properties"]["NRR"] == "pass"
     junit = ET.parse(tmp_path / "j.xml").getroot()
     assert data["contract"]["name"] in {p.get("value") for p in junit.iter("property") if p.get("name") == "contract"}
-    assert "contract impl (clr=strict" in (report / "report.html").read_text()
+    html = (report / "report.html").read_text()
+    assert "contract impl (clr=strict" in html and "Not claimed by the contract: measured elsewhere" in html
     # a replay judges by the contract it was found under, not the target's own
     clr = next(v for v in data["violations"] if v["property"] == "CLR")
     assert clr["config"]["contract"] == {"profile": "impl", "clr": "strict", "sw": "threads"}
