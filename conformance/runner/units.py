@@ -79,8 +79,10 @@ def run_units(run_one: Callable[[int], GateResult], seeds: list[int], workers: i
     ctx = mp.get_context("fork")
     results: dict[int, GateResult | str] = {}
     pending = list(range(len(seeds)))
-    running: dict[Any, tuple[int, Any, float]] = {}  # sentinel -> (index, process, started)
-    pipes: dict[int, Any] = {}
+    # the parent waits on each unit's pipe, not on its exit: a result larger
+    # than the pipe's buffer is read while the unit is still sending it, and
+    # a unit that dies makes its pipe readable too (end of file)
+    running: dict[Any, tuple[int, Any, float]] = {}  # receiving end -> (index, process, started)
     try:
         while pending or running:
             while pending and len(running) < workers:
@@ -89,22 +91,21 @@ def run_units(run_one: Callable[[int], GateResult], seeds: list[int], workers: i
                 p = ctx.Process(target=_unit_main, args=(run_one, seeds[i], send), name=f"shmspec-seed-{seeds[i]}")
                 p.start()
                 send.close()
-                running[p.sentinel] = (i, p, time.monotonic())
-                pipes[i] = recv
+                running[recv] = (i, p, time.monotonic())
             now = time.monotonic()
             budget = min(started + unit_limit for _, _, started in running.values()) - now
             ready = wait(list(running), timeout=max(0.0, min(budget, 5.0)))
-            for sentinel in ready:
-                i, p, _ = running.pop(sentinel)
-                results[i] = _collect(pipes.pop(i), p, seeds[i])
+            for recv in ready:
+                i, p, _ = running.pop(recv)
+                results[i] = _collect(recv, p, seeds[i])
                 if on_progress:
                     on_progress(f"seed unit {len(results)}/{len(seeds)} ended (seed {seeds[i]})", len(results),
                                 len(seeds))
-            for sentinel, (i, p, started) in list(running.items()):
+            for recv, (i, p, started) in list(running.items()):
                 if time.monotonic() - started > unit_limit:
-                    running.pop(sentinel)
+                    running.pop(recv)
                     _stop([p])
-                    pipes.pop(i).close()
+                    recv.close()
                     results[i] = f"seed {seeds[i]}: still running after {unit_limit:.0f} s; stopped"
     finally:
         _stop([p for _, p, _ in running.values()])
@@ -127,7 +128,7 @@ def _unit_main(run_one: Callable[[int], GateResult], seed: int, send: Any) -> No
 
 def _collect(recv: Any, p: Any, seed: int) -> GateResult | str:
     try:
-        kind, payload = recv.recv() if recv.poll(5.0) else ("error", None)
+        kind, payload = recv.recv()
     except (EOFError, OSError):
         kind, payload = "error", None
     finally:

@@ -69,7 +69,7 @@ def test_one_seed_run_is_unchanged(second_protocol, tmp_path):
 
 
 def test_shards_of_a_run_together_cover_its_seeds(second_protocol):
-    whole = shmspec.check("toy:good", seeds=4, seed=9, profile="dev")
+    whole = shmspec.check("toy:good", seeds=4, seed=9, profile="dev", example_db="none")
     halves = [shmspec.check("toy:good", seeds=4, seed=9, profile="dev", shard=f"{i}/2", example_db="none")
               for i in (1, 2)]
     assert sorted(halves[0].seeds + halves[1].seeds) == sorted(whole.seeds)
@@ -170,3 +170,15 @@ def test_bad_unit_settings_are_refused_before_any_work(argv, message, tmp_path, 
     assert main(["check", "--target", "vllm==0.0.1", "--report-dir", str(out), *argv]) == 2
     assert message in capsys.readouterr().err
     assert not out.exists()
+
+
+def _large(seed):
+    return {"seed": seed, "blob": "x" * 4_000_000}  # far beyond a pipe's buffer
+
+
+def test_a_result_larger_than_a_pipe_buffer_is_received(monkeypatch):
+    monkeypatch.setattr(units, "_portable", lambda r: r)
+    t0 = time.monotonic()
+    out = units.run_units(_large, [1, 2], workers=2, unit_limit=60)
+    assert [o["seed"] for o in out] == [1, 2] and len(out[0]["blob"]) == 4_000_000
+    assert time.monotonic() - t0 < 30
