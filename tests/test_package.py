@@ -49,6 +49,8 @@ def test_the_wheel_carries_the_spec_the_faults_and_the_plugin(wheel):
     assert {n for n in names if n.startswith("shmspec/tla/MC")} == {
         f"shmspec/tla/{p.name}" for p in (ROOT / "tla").glob("MC*.cfg")}
     assert len([n for n in names if n.startswith("shmspec/tla/deep/MC")]) == len(list((ROOT / "tla" / "deep").glob("MC*.cfg")))
+    assert {n for n in names if n.startswith("shmspec/tla/slots/")} == {
+        f"shmspec/tla/slots/{p.name}" for p in (ROOT / "tla" / "slots").iterdir() if p.suffix in (".tla", ".cfg")}
     assert len([n for n in names if n.startswith("shmspec/conformance/mutants/")]) == len(
         list((ROOT / "conformance" / "mutants").glob("*.py")))
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
