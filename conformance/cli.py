@@ -289,14 +289,9 @@ def _check(args: argparse.Namespace) -> int:
     err = Console(stderr=True)
     spec = _canonical_target(args.target)
     try:  # a bad baseline or unit setting is found before minutes of work
-        api.validate_units(args.profile, args.seed, args.seeds, args.workers, args.shard, args.example_db)
+        api.validate_units(args.profile, args.seed, args.seeds, args.workers, args.shard, args.example_db,
+                           args.contract)
         baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
-        if args.contract is not None:  # its keys and values checked before the target is fetched
-            from shmspec.model.profile import IMPL
-            from shmspec.model.properties import PROPERTIES
-
-            from .core.contract import load_file
-            load_file(args.contract, IMPL, tuple(p.id for p in PROPERTIES))
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR

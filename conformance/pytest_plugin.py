@@ -116,13 +116,7 @@ def pytest_collection_modifyitems(session: pytest.Session, config: pytest.Config
 
     try:  # the seed-unit settings and the contract file, before any work
         validate_units(opts["profile"], opts["seed"], opts["seeds"], opts["workers"], opts["shard"],
-                       opts["example_db"])
-        if opts["contract"]:
-            from shmspec.model.profile import IMPL
-            from shmspec.model.properties import PROPERTIES
-
-            from .core.contract import load_file
-            load_file(Path(opts["contract"]), IMPL, tuple(p.id for p in PROPERTIES))
+                       opts["example_db"], opts["contract"])
     except ShmspecError as exc:
         raise pytest.UsageError(f"shmspec: {exc}") from None
     name = f"shmspec/{opts['target']}"  # JUnit: classname shmspec.<target>, name the property

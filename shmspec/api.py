@@ -86,7 +86,8 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     known = tuple(dict.fromkeys(m for n in protocols.names() for m in protocols.get(n).concurrency_modes))
     if concurrency is not None and concurrency not in known:  # before a target is fetched
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(known)})")
-    shard = validate_units(profile, seed, seeds, workers, shard, example_db)
+    shard = validate_units(profile, seed, seeds, workers, shard, example_db,
+                           contract if isinstance(contract, (str, Path)) else None)
     loaded = protocols.load(target) if isinstance(target, str) else target
     modes = protocols.protocol_of(loaded).concurrency_modes
     if concurrency is not None and concurrency not in modes:
@@ -121,8 +122,7 @@ def _with_contract(loaded: Any, config: Any, contract: Any) -> tuple[Any, Any, A
                              f"declare no contract")
         return loaded, config, None
     if isinstance(contract, (str, Path)):
-        ids = tuple(p.id for p in __import__("shmspec.model.properties", fromlist=["PROPERTIES"]).PROPERTIES)
-        contract = contracts.load_file(Path(contract), profile, ids)
+        contract = contracts.load_file(Path(contract), profile)
     contract = contract or getattr(loaded, "contract", None)
     if contract is None:
         return loaded, config, contracts.of_profile(profile)
@@ -133,8 +133,10 @@ def _with_contract(loaded: Any, config: Any, contract: Any) -> tuple[Any, Any, A
 
 
 def validate_units(profile: str, seed: int | None, seeds: int | None, workers: int,
-                   shard: "str | tuple[int, int] | None", example_db: str | None) -> "tuple[int, int] | None":
-    """Check the seed-unit settings of :func:`check` before any work; the
+                   shard: "str | tuple[int, int] | None", example_db: str | None,
+                   contract: "str | Path | None" = None) -> "tuple[int, int] | None":
+    """Check the seed-unit settings of :func:`check`, and the ``contract``
+    file if one is given, before any work (before a target is fetched); the
     shard as ``(i, n)``.
 
     Raises:
@@ -162,6 +164,10 @@ def validate_units(profile: str, seed: int | None, seeds: int | None, workers: i
         example_database(example_db, profile)
     except ValueError as exc:
         raise UsageError(str(exc)) from None
+    if contract is not None:  # its keys and values, over impl's profile (the target's is not known yet)
+        from shmspec.conformance.core.contract import load_file
+
+        load_file(Path(contract))
     return parsed
 
 

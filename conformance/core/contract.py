@@ -28,7 +28,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-from shmspec.model.profile import PROFILES, Profile
+from shmspec.model.profile import IMPL, PROFILES, Profile
+from shmspec.model.properties import PROPERTIES
 
 from .errors import UsageError
 
@@ -90,7 +91,12 @@ def of_profile(profile: Profile) -> Contract:
     return Contract(profile.name, profile.clr, profile.sw)
 
 
-def parse(data: Any, profile: Profile, source: str, property_ids: tuple[str, ...]) -> Contract:
+RING_PROPERTY_IDS: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
+"""The property ids a ``not_claimed`` may name: the object store's (the one
+protocol whose targets have a model profile)."""
+
+
+def parse(data: Any, profile: Profile, source: str, property_ids: tuple[str, ...] = RING_PROPERTY_IDS) -> Contract:
     """A contract from its declaration (a mapping of :data:`KEYS`) over the
     target's ``profile``.
 
@@ -128,8 +134,9 @@ def parse(data: Any, profile: Profile, source: str, property_ids: tuple[str, ...
     return Contract(name, values["clr"], values["sw"], tuple(relies), dict(not_claimed), source)
 
 
-def load_file(path: Path, profile: Profile, property_ids: tuple[str, ...]) -> Contract:
-    """``--contract PATH``: TOML (``.toml``) or JSON.
+def load_file(path: Path, profile: Profile = IMPL, property_ids: tuple[str, ...] = RING_PROPERTY_IDS) -> Contract:
+    """``--contract PATH``: TOML (``.toml``) or JSON, over ``profile``
+    (default impl's: enough to check a file before the target is loaded).
 
     Raises:
         UsageError: unreadable, not TOML/JSON, or not a valid contract.
@@ -150,4 +157,4 @@ def load_file(path: Path, profile: Profile, property_ids: tuple[str, ...]) -> Co
     return parse(data, profile, f"--contract {path}", property_ids)
 
 
-__all__ = ["CLIENT_RULES", "Contract", "load_file", "of_profile", "parse"]
+__all__ = ["CLIENT_RULES", "Contract", "RING_PROPERTY_IDS", "load_file", "of_profile", "parse"]

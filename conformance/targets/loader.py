@@ -169,12 +169,10 @@ def load_file(path: str | Path, spec: str | None = None, profile: Profile | None
     declared = getattr(module, "SHMSPEC_CONTRACT", None)
     contract = None
     if declared is not None:  # the module's own contract (docs/ci.md#contracts)
-        from shmspec.model.properties import PROPERTIES
-
         from ..core.contract import parse
         from ..core.errors import UsageError
         try:
-            contract = parse(declared, profile, f"SHMSPEC_CONTRACT in {path}", tuple(p.id for p in PROPERTIES))
+            contract = parse(declared, profile, f"SHMSPEC_CONTRACT in {path}")
         except UsageError as exc:
             raise TargetError(str(exc)) from None
         profile = contract.apply(profile)
