@@ -152,7 +152,7 @@ class GateResult:
     @property
     def seed_text(self) -> str:
         """The seed as the reports print it: ``0``, or with seed units
-        ``0 (8 seed units, shard 1/2: seeds 0, 5308871538; 2 workers)``."""
+        ``0 (8 seed units, shard 2/4: seeds 2654435769, 387276957; 2 workers)``."""
         if not self.seeds:
             return str(self.seed)
         shard = f", shard {self.shard[0]}/{self.shard[1]}" if self.shard else ""
