@@ -130,6 +130,8 @@ def build_parser() -> argparse.ArgumentParser:
     mu = sub.add_parser("mutants", help="run the gate on every seeded fault of impl; score caught / total")
     mu.add_argument("--only", default=None, help="comma-separated fault names (default: all; see --list)")
     mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
+    mu.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
+                    help="whose faults: the object store's (default), or the slot-flag arena's or queue's")
     mu.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
     mu.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mu.add_argument("--report-dir", type=Path, default=None,

@@ -254,6 +254,38 @@ class WrongProcess(StoreError, RuntimeError):
         self.pid = pid
 
 
+class StaleSlot(StoreError, ValueError):
+    """A slot-protocol reader was handed a slot that no longer holds the
+    message it names: the stub's generation (ids modulo 2**31) is not the
+    slot's, or the slot is unwritten or already released by this reader
+    (docs/slots.md, NRR).  Raised by impl's ``SlotArena.view`` instead of a
+    view of another message's bytes; vLLM 0.33.0's arena has no such check."""
+
+    kind = "StaleSlot"
+
+    def __init__(self, slot: int, generation: int, found: int, why: str = ""):
+        super().__init__(f"Slot {slot} generation {generation} is gone (the slot is at generation {found}"
+                         f"{'; ' + why if why else ''})")
+        self.slot = slot
+        self.generation = generation
+        self.found = found
+
+
+class SlotTimeout(StoreError, TimeoutError):
+    """A slot-protocol wait ran past its bound (seconds): the queue's writer
+    found its next slot unreleased, or a reader found nothing to read
+    (docs/slots.md, LIVE).  Subclasses the ``TimeoutError`` vLLM's
+    ``MessageQueue`` raises; nothing was claimed or consumed."""
+
+    kind = "SlotTimeout"
+
+    def __init__(self, role: str, slot: int, seconds: float):
+        super().__init__(f"The {role} waited {seconds:g} s for slot {slot}")
+        self.role = role
+        self.slot = slot
+        self.seconds = seconds
+
+
 ALL_ERRORS: tuple[type[StoreError], ...] = (
     DuplicateKey,
     ObjectTooLarge,
@@ -271,6 +303,8 @@ ALL_ERRORS: tuple[type[StoreError], ...] = (
     SharedMemoryFull,
     ReaderStalled,
     WrongProcess,
+    StaleSlot,
+    SlotTimeout,
 )
 
 ERROR_KINDS: frozenset[str] = frozenset(c.kind for c in ALL_ERRORS)

@@ -66,6 +66,12 @@ PROPERTIES: tuple[SlotProperty, ...] = (
                  "safety"),
     SlotProperty("PROG", "once every reader has released a slot, the writer can reuse it; a reader that never "
                          "releases is named", "liveness"),
+    SlotProperty("LIVE", "the arena's writer never blocks (no free slot: it falls back); every wait of the queue is "
+                         "bounded by its timeout", "liveness"),
+    SlotProperty("DISJ", "a write changes its own slot only: slots and metadata rows never overlap", "safety"),
+    SlotProperty("FALLBACK", "a message over the slot size, or one finding no free slot, takes the caller's path "
+                             "and changes nothing in the arena", "safety"),
+    SlotProperty("CONFORMANCE", "the metadata rows equal the model's after every call", "refinement"),
 )
 
 

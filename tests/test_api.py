@@ -30,6 +30,7 @@ OLD_REPRO = ROOT / "tests" / "corpus" / "repro_0ca4a0f.py"
 NOT_HARNESS_ERRORS = {
     "PropertyViolation": "a finding, raised inside Hypothesis's test as an AssertionError; never escapes the gate",
     "InjectedInterrupt": "a BaseException the exception campaign injects into a target at a yield point",
+    "_CallerError": "the caller's failure a slot session raises inside a queue block; caught at the block's exit",
 }
 
 

@@ -157,7 +157,13 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
 
     t0 = time.monotonic()
     try:
-        target = load_file(fault.path)
+        if fault.kind:  # a slot protocol's fault: its own target form and campaigns
+            from .. import protocols
+
+            target = protocols.load(fault.target)
+            campaigns = None if tuple(campaigns) == tuple(DEFAULT_CAMPAIGNS) else campaigns
+        else:
+            target = load_file(fault.path)
     except TargetError as exc:
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
     with _seed_only():
@@ -337,10 +343,19 @@ def main(args, console, err) -> int:
     from .. import protocols
     from ..reporting.report import default_report_dir
 
-    library = importlib.import_module(protocols.get().mutants).faults  # the ring-buffer protocol's fault library
-
+    name = getattr(args, "protocol", None) or protocols.DEFAULT
     try:
-        chosen = library([n.strip() for n in args.only.split(",") if n.strip()] if args.only else None)
+        protocol = protocols.get(name)
+    except Exception as exc:  # noqa: BLE001 - UsageError: one line
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return ExitCode.ERROR
+    if protocol.mutants is None:
+        err.print(f"shmspec: error: the {name} protocol has no seeded faults", markup=False, highlight=False)
+        return ExitCode.ERROR
+    library = importlib.import_module(protocol.mutants).faults
+    only = [n.strip() for n in args.only.split(",") if n.strip()] if args.only else None
+    try:
+        chosen = library(only) if protocol.name == protocols.DEFAULT else library(only, protocol.name)
     except (KeyError, ValueError) as exc:
         err.print(f"shmspec: error: {exc.args[0] if exc.args else exc}", markup=False, highlight=False,
                   soft_wrap=True)

@@ -43,7 +43,11 @@ class Construction:
 
     @property
     def name(self) -> str:
-        """``"writer unlocked, 2 forked readers"`` and so on."""
+        """``"writer unlocked, 2 forked readers"`` and so on (``start_method``
+        ``"one-process"``: the slot protocols' lockstep, writer and readers
+        built in the controller's process)."""
+        if self.start_method == "one-process":
+            return f"writer and {self.n_readers} reader{'s' if self.n_readers != 1 else ''} in one process"
         readers = f"{self.n_readers} {'forked' if self.start_method == 'fork' else 'spawned'} " \
                   f"reader{'s' if self.n_readers != 1 else ''}"
         return f"writer {'locked' if self.writer_lock else 'unlocked'}, {readers}"

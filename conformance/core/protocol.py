@@ -135,6 +135,14 @@ class StoreProtocol:
         """
         raise NotImplementedError
 
+    def construction(self, config: "SessionConfig") -> Any:
+        """The construction a gate run in ``config`` checks (reports name it):
+        by default the ring buffer's, :meth:`Construction.of
+        <shmspec.conformance.core.constructions.Construction.of>`."""
+        from .constructions import Construction
+
+        return Construction.of(config)
+
     def replay(self, target_spec: str, case: dict[str, Any]) -> str | None:
         """Re-run one recorded finding (a report.json violation or repro case:
         ``concurrency``, ``config``, ``steps``/``calls``, ``property``) on

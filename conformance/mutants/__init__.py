@@ -35,10 +35,12 @@ class Fault:
     path: Path
     expected: str
     summary: str
+    kind: str = ""
+    """The slot protocol it belongs to (``arena``/``queue``, :mod:`.slots`); "" for the ring buffer's."""
 
     @property
     def target(self) -> str:
-        return f"file:{self.path}"
+        return f"{self.kind}:impl-file:{self.path}" if self.kind else f"file:{self.path}"
 
 
 def _read(path: Path) -> Fault:
@@ -61,6 +63,7 @@ def faults(only: list[str] | None = None) -> list[Fault]:
         ValueError: a fault file without a ``Must be caught by:`` line.
     """
     found = {p.stem: p for p in sorted(MUTANTS_DIR.glob("*.py")) if p.stem not in ("__init__", CONTROL)}
+    # (the slot protocols' faults live in slots/, listed by slots.faults)
     if only is None:
         return [_read(p) for p in found.values()]
     unknown = [n for n in only if n not in found]

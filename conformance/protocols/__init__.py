@@ -4,6 +4,10 @@
 * ``ringbuffer``: vLLM's ``SingleWriterShmRingBuffer`` +
   ``SingleWriterShmObjectStorage`` and :mod:`shmspec.impl`
   (:mod:`.ringbuffer`); the default.
+* ``arena`` and ``queue``: the slot-flag stores, vLLM's ``ShmTensorArena``
+  and ``MessageQueue`` ring and impl's ``SlotArena`` and ``SlotQueue``
+  (:mod:`.slots`, docs/slots.md); also named by the prefixes
+  ``vllm-arena==``, ``vllm-queue==``, ``impl-arena``, ``impl-queue``.
 
 A target names its protocol in its ``protocol`` attribute (absent:
 ``ringbuffer``); a ``--target`` string ``NAME:REST`` whose ``NAME`` is a
@@ -25,7 +29,12 @@ from ..core.errors import UsageError
 from ..core.protocol import StoreProtocol
 
 DEFAULT = "ringbuffer"
-_BUILTIN: dict[str, str] = {"ringbuffer": "shmspec.conformance.protocols.ringbuffer:PROTOCOL"}
+_BUILTIN: dict[str, str] = {"ringbuffer": "shmspec.conformance.protocols.ringbuffer:PROTOCOL",
+                            "arena": "shmspec.conformance.protocols.slots:ARENA",
+                            "queue": "shmspec.conformance.protocols.slots:QUEUE"}
+_ALIASES: dict[str, tuple[str, str]] = {"vllm-arena==": ("arena", "vllm=="), "vllm-queue==": ("queue", "vllm=="),
+                                        "impl-arena": ("arena", "impl"), "impl-queue": ("queue", "impl")}
+"""Target-string prefixes that name a protocol without ``NAME:`` (``vllm-arena==0.33.0`` is ``arena:vllm==0.33.0``)."""
 _LOADED: dict[str, StoreProtocol] = {}
 
 
@@ -73,6 +82,9 @@ def protocol_of(target: Any) -> StoreProtocol:
 
 def split_spec(spec: str) -> tuple[str, str]:
     """``(protocol name, its own target string)`` for a ``--target`` string."""
+    for prefix, (name, replacement) in _ALIASES.items():
+        if spec.startswith(prefix):
+            return name, replacement + spec[len(prefix):]
     head, sep, rest = spec.partition(":")
     if sep and head != DEFAULT and head in names():
         return head, rest

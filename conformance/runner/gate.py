@@ -38,7 +38,7 @@ from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS  # noqa: F401 - 
 
 from ..core import interrupt
 from ..core.config import SessionConfig, config_from_json, config_to_json
-from ..core.constructions import Construction
+
 from ..core.protocol import CampaignContext, CampaignLike
 from ..core.results import ALL_PROPERTIES, CampaignResult, GateResult, Violation
 from ..lockstep.session import Call, PropertyViolation
@@ -337,7 +337,7 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
             v.protocol = protocol.name
             v.seed = seed  # a seed unit's merge keeps it; a one-seed run's is the run's
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
-                      config.writer_lock, Construction.of(config), protocol=protocol.name,
+                      config.writer_lock, protocol.construction(config), protocol=protocol.name,
                       registry=protocol.properties)
 
 

@@ -350,21 +350,31 @@ def index_releases(index: str | None = None) -> dict[str, list[dict]]:
             for v, fs in releases.items() if isinstance(fs, list)}
 
 
-def _store_path(version: str) -> Path:
-    return cache_dir() / "vllm" / version / "shm_object_storage.py"
+def _store_path(version: str, member: str = STORE_FILE) -> Path:
+    return cache_dir() / "vllm" / version / member.rsplit("/", 1)[-1]
 
 
-def _check_version(version: str) -> None:
+def _record_path(dest: Path) -> Path:
+    # the object store's record keeps its old name (fetch.json); another member's is <file>.fetch.json
+    return dest.with_name("fetch.json" if dest.name == "shm_object_storage.py" else f"{dest.name}.fetch.json")
+
+
+def _check_version(version: str, member: str = STORE_FILE) -> None:
     if not re.fullmatch(r"\d+\.\d+\.\d+(\.post\d+)?", version):
         raise TargetError(f"not a vLLM release number: {version!r}")
+    if member != STORE_FILE:  # other files (shm_broadcast.py) predate the object store
+        return
     try:
         profile_for_vllm(version)
     except ValueError as exc:
         raise TargetError(str(exc)) from None
 
 
-def fetch_store(version: str, files: list[dict] | None = None, index: str | None = None) -> tuple[Path, dict]:
-    """The store file of vLLM ``version`` and how it was obtained.
+def fetch_store(version: str, files: list[dict] | None = None, index: str | None = None,
+                member: str = STORE_FILE) -> tuple[Path, dict]:
+    """The store file of vLLM ``version`` (or another ``member`` of its
+    wheel, e.g. ``vllm/distributed/device_communicators/shm_tensor_arena.py``,
+    cached as ``vllm/<version>/<file name>``) and how it was obtained.
 
     From the cache if present; else by range fetch (``files``: the release's
     file entries with absolute URLs, from :func:`index_releases`, looked up
@@ -373,15 +383,16 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
     ``method`` (``range`` or ``pip``; ``unknown`` for a file cached before
     records were kept), ``wheel`` (file name), ``wheel_bytes``,
     ``bytes_fetched`` and ``requests`` (range: what went over the wire), and
-    ``cached`` (true: nothing was fetched now).
+    ``cached`` (true: nothing was fetched now).  The record of a member
+    other than the store file is ``<file name>.fetch.json``.
 
     Raises:
         NoStoreFile: the release has no wheel, or its wheel lacks the file.
         TargetError: bad version, or neither the range fetch nor pip worked.
     """
-    _check_version(version)
-    dest = _store_path(version)
-    record_path = dest.with_name("fetch.json")
+    _check_version(version, member)
+    dest = _store_path(version, member)
+    record_path = _record_path(dest)
     if dest.is_file():
         try:
             record = json.loads(record_path.read_text())
@@ -396,14 +407,14 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
         wheel = pick_wheel(files)
         if wheel is None:
             raise NoStoreFile(f"vllm=={version} has no wheel on the index")
-        data, raw = read_remote_member(wheel["url"], STORE_FILE)
+        data, raw = read_remote_member(wheel["url"], member)
         record = {"method": "range", "wheel": wheel["filename"], "wheel_bytes": raw.size,
                   "bytes_fetched": raw.bytes_fetched, "requests": raw.requests}
     except NoStoreFile:
         raise
     except TargetError as first:
         try:
-            data, wheel_name, wheel_bytes = _pip_fetch(version)
+            data, wheel_name, wheel_bytes = _pip_fetch(version, member)
         except NoStoreFile:
             raise
         except TargetError as second:
@@ -422,8 +433,8 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
     return dest, {**record, "cached": False}
 
 
-def _pip_fetch(version: str) -> tuple[bytes, str, int]:
-    """The store file's bytes, the wheel's name and size, by ``pip download``
+def _pip_fetch(version: str, member: str = STORE_FILE) -> tuple[bytes, str, int]:
+    """The bytes of ``member`` (default: the store file), the wheel's name and size, by ``pip download``
     of the whole wheel into a temporary directory.
 
     Raises:
@@ -443,9 +454,9 @@ def _pip_fetch(version: str) -> tuple[bytes, str, int]:
             raise TargetError(f"cannot fetch vllm=={version} from the package registry: {last}")
         with zipfile.ZipFile(wheels[0]) as zf:
             try:
-                return zf.read(STORE_FILE), wheels[0].name, wheels[0].stat().st_size
+                return zf.read(member), wheels[0].name, wheels[0].stat().st_size
             except KeyError:
-                raise NoStoreFile(f"vllm=={version} does not ship {STORE_FILE}") from None
+                raise NoStoreFile(f"vllm=={version} does not ship {member}") from None
 
 
 def fetch_vllm(version: str) -> Path:

@@ -138,6 +138,8 @@ def test_nrr_has_one_wording_for_every_checker():
         "reader r1 returned b'x' for handle h1 (0, 0), which holds b'y' (diff)"
     users = []
     for f in (ROOT / "conformance").rglob("*.py"):
+        if "slots" in f.relative_to(ROOT).parts:  # the slot protocols' NRR is another property (docs/slots.md)
+            continue
         src = f.read_text()
         assert "which holds" not in src and "put under it was" not in src, f
         # ("NRR", "RC", ...) is a list of ids; ("NRR", "<message>") or ("NRR", f"...") a message

@@ -65,4 +65,5 @@ def test_bad_configs_are_refused():
         Config(slots=0)
     with pytest.raises(RuntimeError, match="more than 10 states"):
         explore(Config(2, 2, 3), limit=10)
-    assert {p.id for p in PROPERTIES} == {"NRR", "FIFO", "PROG"} and "publish_first" in FAULTS
+    assert {p.id for p in PROPERTIES} == {"NRR", "FIFO", "PROG", "LIVE", "DISJ", "FALLBACK", "CONFORMANCE"}
+    assert "publish_first" in FAULTS

@@ -132,7 +132,7 @@ def cache(tmp_path, monkeypatch):
     monkeypatch.setenv("SHMSPEC_CACHE_DIR", str(tmp_path / "cache"))
     monkeypatch.delenv("SHMSPEC_INDEX_URL", raising=False)
 
-    def no_pip(version):
+    def no_pip(version, member=None):
         raise TargetError(f"pip disabled in tests (vllm=={version})")
 
     monkeypatch.setattr(loader, "_pip_fetch", no_pip)
@@ -191,7 +191,7 @@ def test_server_without_range_support_is_refused_and_pip_is_the_fallback(monkeyp
         msg = str(ei.value)
         assert "\n" not in msg and "range requests not supported" in msg and "pip fallback: pip disabled" in msg
         # with pip working, pip's bytes are used and the record says so
-        monkeypatch.setattr(loader, "_pip_fetch", lambda v: (b"# via pip\n", whl(v), 123))
+        monkeypatch.setattr(loader, "_pip_fetch", lambda v, member=None: (b"# via pip\n", whl(v), 123))
         path, record = fetch_store("0.33.0", index=idx.url)
         assert path.read_bytes() == b"# via pip\n"
         assert record["method"] == "pip" and "range requests not supported" in record["range_error"]

@@ -42,7 +42,10 @@ def test_target_strings_go_to_their_protocol(toy):
     assert protocols.split_spec("toy:good") == ("toy", "good")
     for ring in ("impl", "file:/x/y.py", "vllm==0.33.0", "ringbuffer:impl", "nosuch:impl"):
         assert protocols.split_spec(ring) == ("ringbuffer", ring)
-    assert protocols.names() == ("ringbuffer", "toy")
+    assert protocols.names() == ("ringbuffer", "arena", "queue", "toy")
+    assert protocols.split_spec("vllm-arena==0.33.0") == ("arena", "vllm==0.33.0")
+    assert protocols.split_spec("impl-queue") == ("queue", "impl")
+    assert protocols.split_spec("arena:file:/x/shm_tensor_arena.py") == ("arena", "file:/x/shm_tensor_arena.py")
     with pytest.raises(shmspec.UsageError, match="unknown store protocol 'nosuch'"):
         protocols.get("nosuch")
     with pytest.raises(shmspec.TargetError, match="unknown toy target"):

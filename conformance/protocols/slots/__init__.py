@@ -1,0 +1,103 @@
+"""The slot-flag stores (docs/slots.md), two protocols of one family:
+``arena`` (vLLM's ``ShmTensorArena``, impl's ``SlotArena``) and ``queue``
+(the shared-memory ring of vLLM's ``MessageQueue``, impl's ``SlotQueue``).
+
+What is specific to them, in one place:
+
+* models: :mod:`shmspec.model.slots` (the protocol's steps, BFS) and
+  :mod:`shmspec.model.slotapi` (the lockstep prediction per API call);
+* properties: :data:`shmspec.model.slots.PROPERTIES` (the arena is judged
+  on all of them, the queue on those its API has: no FALLBACK or DISJ);
+* targets and drivers: :mod:`.targets` (``KIND:impl``, ``KIND:vllm==X.Y.Z``,
+  ``KIND:file:PATH``; the aliases ``impl-KIND`` and ``vllm-KIND==X.Y.Z``);
+* campaigns: :mod:`.campaigns`; sessions (the checks): :mod:`.session`;
+* TLA+ spec: ``tla/slots/Slots.tla`` and its ``MC_slots*.cfg``.
+
+Importing this loads neither Hypothesis nor a target.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from shmspec.model.properties import Property
+from shmspec.model.slots import PROPERTIES as SLOT_PROPERTIES
+
+from ...core.config import config_from_json
+from ...core.errors import UsageError
+from ...core.protocol import CampaignContext, StoreProtocol
+
+_SEVERITY = {"NRR": 1, "DISJ": 2, "FIFO": 3, "FALLBACK": 4, "PROG": 5, "LIVE": 6, "CONFORMANCE": 7}
+_ARENA_ONLY = frozenset({"FALLBACK", "DISJ"})
+
+
+def _registry(kind: str) -> tuple[Property, ...]:
+    props = [p for p in SLOT_PROPERTIES if kind == "arena" or p.id not in _ARENA_ONLY]
+    props.sort(key=lambda p: _SEVERITY[p.id])
+    return tuple(Property(p.id, p.statement, _SEVERITY[p.id], p.kind, frozenset({"lockstep"})) for p in props)
+
+
+class SlotProtocol(StoreProtocol):
+    """One of the two slot-flag protocols (``kind``: ``arena`` or ``queue``)."""
+
+    concurrency_modes = ("off",)
+    mutants = "shmspec.conformance.mutants.slots"
+    checkers = {"lockstep": "shmspec.conformance.protocols.slots.session:_Session.execute"}
+    stated_in = "shmspec.model.slots:PROPERTIES"
+
+    def __init__(self, kind: str):
+        from ...core import paths
+
+        self.kind = self.name = kind
+        self.title = ("slot-flag zero-copy tensor arena (vLLM ShmTensorArena)" if kind == "arena" else
+                      "slot-flag broadcast ring (vLLM MessageQueue / ShmRingBuffer)")
+        self.properties = _registry(kind)
+        self.actions = (("write", "view", "keep", "drop", "flush") if kind == "arena" else
+                        ("put", "begin_write", "end_write", "abort_write", "get", "begin_read", "end_read",
+                         "abort_read"))
+        self.tla_dir = paths.tla_dir() / "slots"
+
+    def base_campaigns(self) -> tuple[Any, ...]:
+        from .campaigns import campaigns_for
+
+        return campaigns_for(self.kind)
+
+    def run_campaign(self, ctx: CampaignContext, campaign: Any, res: Any) -> Any:
+        from .campaigns import run_campaign
+
+        return run_campaign(ctx, campaign, res)
+
+    def load(self, spec: str) -> Any:
+        from .targets import load
+
+        return load(self.kind, spec)
+
+    def construction(self, config: Any) -> Any:
+        """Writer and readers in the controller's process (the lockstep campaigns)."""
+        from ...core.constructions import Construction
+
+        return Construction(False, "one-process", config.n_readers)  # campaigns.ONE_PROCESS
+
+    def replay(self, target_spec: str, case: dict[str, Any]) -> str | None:
+        if case.get("concurrency", "off") != "off":
+            raise UsageError(f"the {self.kind} protocol has no concurrency {case['concurrency']!r}")
+        from ...lockstep.session import Call, PropertyViolation
+        from .. import load as load_any
+        from .session import session_for
+
+        session = session_for(load_any(target_spec), config_from_json(case["config"]))
+        calls = case.get("calls") or [{k: s[k] for k in ("process", "action", "args")} for s in case["steps"]]
+        try:
+            for c in calls:
+                session.execute(Call.from_json(c))
+        except PropertyViolation as exc:
+            return f"{exc.prop}: {exc.message}"
+        finally:
+            session.close()
+        return None
+
+
+ARENA = SlotProtocol("arena")
+QUEUE = SlotProtocol("queue")
+
+__all__ = ["ARENA", "QUEUE", "SlotProtocol"]

@@ -1,0 +1,396 @@
+"""Loading vLLM's slot-flag stores (docs/slots.md): a release's
+``shm_broadcast.py`` (``ShmRingBuffer``, ``MessageQueue``) and, from 0.32.0,
+``shm_tensor_arena.py`` (``ShmTensorArena``), or the same files from disk.
+
+The files import torch, numpy, pyzmq and several ``vllm.*`` modules.  They
+load here in isolation, as the object store's file does
+(:func:`shmspec.conformance.targets.loader.load_file`): while they execute,
+those names are satisfied by minimal stand-ins, and afterwards
+``sys.modules`` is restored exactly.  The stand-ins are ours and small:
+
+* ``torch``: a CPU tensor over a buffer (:class:`StandInTensor`:
+  ``frombuffer``, ``from_numpy``, ``view`` by dtype or shape, ``reshape``,
+  ``copy_``, ``fill_``, ``numel``, ``element_size``).  Like torch, a tensor
+  keeps a *reference* to the buffer it was made from and no buffer export
+  (so vLLM's ``slot_mv.release()`` after a copy succeeds, as with torch), and
+  a tensor from ``from_numpy`` keeps its array alive, so a release bound to
+  the array's lifetime (``weakref.finalize``) fires when the last tensor or
+  view over it is gone, as torch's storage does.
+* ``numpy``: ``frombuffer`` (a weak-referenceable array holding an export
+  of the buffer, as numpy's does) and the dtype names.
+* ``zmq``, ``vllm.envs``, ``vllm.platforms`` (no CUDA: the arena's pinned
+  path is not taken), ``vllm.logger`` and the rest: names only.  Any other
+  ``torch.*``, ``zmq.*`` or ``vllm.*`` name a release imports resolves to a
+  placeholder that raises :class:`StandInMissing` when used.
+
+The queue is built without its sockets (:func:`queue_writer`,
+:func:`queue_reader`): the writer as ``MessageQueue.__init__`` leaves its
+shared-memory side (``buffer``, ``current_idx``), a reader as
+``create_from_handle`` does, with the ``SpinCondition`` replaced by
+:class:`StandInSpin` (a reader's wait is vLLM's own bounded check; its
+sleep is a yield).  What this leaves out of the construction vLLM deploys:
+the zmq notification, the overflow path over the socket, and torch's real
+tensors (docs/slots.md#targets).
+"""
+
+from __future__ import annotations
+
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import logging
+import os
+import sys
+import threading
+import types
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+from types import ModuleType
+from typing import Any
+
+from ..core.errors import TargetError
+
+BROADCAST_FILE = "vllm/distributed/device_communicators/shm_broadcast.py"
+ARENA_FILE = "vllm/distributed/device_communicators/shm_tensor_arena.py"
+BROADCAST_MODULE = "vllm.distributed.device_communicators.shm_broadcast"
+ARENA_MODULE = "vllm.distributed.device_communicators.shm_tensor_arena"
+_STANDIN_ROOTS = ("torch", "numpy", "zmq", "vllm")
+
+
+class StandInMissing(TargetError):
+    """A release used a name the stand-ins leave out (the message names it)."""
+
+
+# ---- torch and numpy stand-ins -------------------------------------------------
+
+class DType:
+    """A torch/numpy dtype stand-in: its name and size in bytes."""
+
+    def __init__(self, name: str, size: int):
+        self.name, self.itemsize = name, size
+
+    def __repr__(self) -> str:
+        return f"torch.{self.name}"
+
+    __str__ = __repr__
+
+
+DTYPES = {name: DType(name, size) for name, size in (
+    ("uint8", 1), ("int8", 1), ("bool", 1), ("float16", 2), ("bfloat16", 2), ("int16", 2), ("float32", 4),
+    ("int32", 4), ("float64", 8), ("int64", 8))}
+
+
+class StandInTensor:
+    """A contiguous CPU tensor over ``nbytes`` bytes at ``offset`` of
+    ``source`` (anything with the buffer protocol), read through a fresh
+    memoryview at each use (no export is held).  ``keep``: an object the
+    tensor keeps alive (the array of ``from_numpy``)."""
+
+    device = types.SimpleNamespace(type="cpu")
+    requires_grad = False
+
+    def __init__(self, source: Any, offset: int, nbytes: int, dtype: DType, shape: tuple[int, ...], keep: Any = None):
+        self._source, self._offset, self._nbytes = source, offset, nbytes
+        self.dtype, self.shape, self._keep = dtype, tuple(shape), keep
+        self.layout = _TORCH_STRIDED
+
+    def _mem(self) -> memoryview:
+        return memoryview(self._source).cast("B")[self._offset:self._offset + self._nbytes]
+
+    def numel(self) -> int:
+        return self._nbytes // self.dtype.itemsize
+
+    def element_size(self) -> int:
+        return self.dtype.itemsize
+
+    def is_contiguous(self) -> bool:
+        return True
+
+    def detach(self) -> "StandInTensor":
+        return self._like(self.dtype, self.shape)
+
+    def _like(self, dtype: DType, shape: tuple[int, ...]) -> "StandInTensor":
+        return StandInTensor(self._source, self._offset, self._nbytes, dtype, shape, self._keep)
+
+    def reshape(self, *shape) -> "StandInTensor":
+        shape = tuple(shape[0]) if len(shape) == 1 and isinstance(shape[0], (tuple, list)) else tuple(shape)
+        if shape == (-1,):
+            shape = (self.numel(),)
+        return self._like(self.dtype, shape)
+
+    def view(self, *what) -> "StandInTensor":
+        if len(what) == 1 and isinstance(what[0], DType):
+            dtype = what[0]
+            if self._nbytes % dtype.itemsize:
+                raise RuntimeError(f"{self._nbytes} bytes do not view as {dtype}")
+            return self._like(dtype, (self._nbytes // dtype.itemsize,))
+        return self.reshape(*what)
+
+    def fill_(self, value: int) -> "StandInTensor":
+        with self._mem() as m:
+            m[:] = bytes([value]) * len(m)
+        return self
+
+    def copy_(self, src: "StandInTensor") -> "StandInTensor":
+        with self._mem() as m, src._mem() as s:
+            if len(m) != len(s):
+                raise RuntimeError(f"copy_ of {len(s)} bytes into {len(m)}")
+            m[:] = s
+        return self
+
+    def tobytes(self) -> bytes:
+        """The bytes it views now (ours: the harness reads a reader's tensor so)."""
+        with self._mem() as m:
+            return bytes(m)
+
+
+class _Parameter(StandInTensor):
+    def __new__(cls, t: StandInTensor = None, requires_grad: bool = True):  # noqa: D401 - torch's signature
+        obj = object.__new__(cls)
+        if t is not None:
+            obj.__init__(t._source, t._offset, t._nbytes, t.dtype, t.shape, t._keep)
+        return obj
+
+    def __init__(self, *args, **kwargs):
+        if len(args) == 6:
+            super().__init__(*args)
+
+
+class StandInArray:
+    """``numpy.frombuffer``'s result: holds an export of the buffer (as
+    numpy's does) and is weak-referenceable (vLLM binds a release to it)."""
+
+    __slots__ = ("mv", "dtype", "__weakref__")
+
+    def __init__(self, buffer: Any, dtype: DType):
+        self.mv, self.dtype = memoryview(buffer).cast("B"), dtype
+
+
+def _frombuffer(buffer, dtype: DType = DTYPES["uint8"], count: int = -1, offset: int = 0, requires_grad=False):
+    n = memoryview(buffer).nbytes - offset if count == -1 else count * dtype.itemsize
+    return StandInTensor(buffer, offset, n, dtype, (n // dtype.itemsize,))
+
+
+def _from_numpy(arr: StandInArray) -> StandInTensor:
+    return StandInTensor(arr.mv, 0, arr.mv.nbytes, arr.dtype, (arr.mv.nbytes // arr.dtype.itemsize,), keep=arr)
+
+
+_TORCH_STRIDED = object()
+
+
+class StandInSpin:
+    """The reader's ``SpinCondition`` without its socket: ``wait`` yields
+    (vLLM's caller re-checks the flags and bounds the wait itself)."""
+
+    def __init__(self, is_reader: bool = True):
+        self.is_reader = is_reader
+        self.notifications = 0
+
+    def wait(self, timeout_ms: int | None = None) -> None:
+        os.sched_yield()
+
+    def record_read(self) -> None:
+        pass
+
+    def notify(self) -> None:
+        self.notifications += 1
+
+    def cancel(self) -> None:
+        pass
+
+
+# ---- the stand-in modules ------------------------------------------------------
+
+class _Placeholder:
+    """A name a release imports that the stand-ins leave out."""
+
+    def __init__(self, qualname: str):
+        self._qualname = qualname
+
+    def __call__(self, *args, **kwargs):
+        raise StandInMissing(f"the stand-in for {self._qualname} is not implemented (the target used it)")
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return _Placeholder(f"{self._qualname}.{name}")
+
+    def __getitem__(self, item):
+        return self
+
+    def __or__(self, other):
+        return self
+
+    __ror__ = __or__
+
+    def __mro_entries__(self, bases):
+        return (object,)
+
+
+class _PermissiveModule(ModuleType):
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        value = _Placeholder(f"{self.__name__}.{name}")
+        setattr(self, name, value)
+        return value
+
+
+class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
+    """Creates a permissive module for any stand-in root's submodule not given."""
+
+    def find_spec(self, fullname, path, target=None):
+        if fullname.split(".")[0] in _STANDIN_ROOTS:
+            return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
+        return None
+
+    def create_module(self, spec):
+        mod = _PermissiveModule(spec.name)
+        mod.__path__ = []
+        parent = sys.modules.get(spec.name.rpartition(".")[0])
+        if parent is not None:
+            setattr(parent, spec.name.rpartition(".")[2], mod)
+        return mod
+
+    def exec_module(self, module):
+        pass
+
+
+def _module(name: str, **attrs) -> ModuleType:
+    mod = _PermissiveModule(name)
+    mod.__path__ = []
+    for k, v in attrs.items():
+        setattr(mod, k, v)
+    return mod
+
+
+def _stand_ins() -> dict[str, ModuleType]:
+    torch = _module("torch", Tensor=StandInTensor, frombuffer=_frombuffer, from_numpy=_from_numpy,
+                    strided=_TORCH_STRIDED, dtype=DType, **DTYPES)
+    torch.nn = _module("torch.nn", Parameter=_Parameter)
+    torch.cuda = _module("torch.cuda", Event=type("Event", (), {}))
+    torch.distributed = _module("torch.distributed", ProcessGroup=type("ProcessGroup", (), {}))
+    numpy = _module("numpy", frombuffer=lambda buffer, dtype=DTYPES["uint8"]: StandInArray(buffer, dtype), **DTYPES)
+    zmq = _module("zmq", Context=type("Context", (), {}), Socket=type("Socket", (), {}))
+    envs = _module("vllm.envs", VLLM_USE_SPINLOOP_EXT=False, VLLM_RINGBUFFER_WARNING_INTERVAL=60)
+    logger = _module("vllm.logger", init_logger=lambda name: logging.getLogger(name))
+    dutils = _module("vllm.distributed.utils", sched_yield=os.sched_yield,
+                     StatelessProcessGroup=type("StatelessProcessGroup", (), {}))
+    platform = types.SimpleNamespace(is_cuda_alike=lambda: False, is_cuda=lambda: False, Event=None)
+    platforms = _module("vllm.platforms", current_platform=platform)
+    cpu = _module("vllm.utils.cpu_resource_utils", check_cgroup_memory_available=lambda *a, **k: None)
+    net = _module("vllm.utils.network_utils", get_ip=lambda: "127.0.0.1", is_valid_ipv6_address=lambda a: False,
+                  get_open_zmq_ipc_path=lambda: f"ipc:///tmp/shmspec-{uuid.uuid4().hex}",
+                  get_open_zmq_inproc_path=lambda: f"inproc://shmspec-{uuid.uuid4().hex}")
+    mods = {m.__name__: m for m in (torch, torch.nn, torch.cuda, torch.distributed, numpy, zmq, envs, logger,
+                                    dutils, platforms, cpu, net)}
+    for name in ("vllm", "vllm.distributed", "vllm.distributed.device_communicators", "vllm.utils"):
+        mods[name] = _module(name)
+    for name, mod in mods.items():  # ``import vllm.envs as envs`` reads the attribute of the parent
+        parent, _, leaf = name.rpartition(".")
+        if parent:
+            setattr(mods[parent], leaf, mod)
+    return mods
+
+
+_LOAD_LOCK = threading.Lock()
+
+
+@dataclass
+class SlotFiles:
+    """A release's (or a folder's) slot-flag store modules, loaded:
+    ``broadcast`` (``shm_broadcast.py``) and ``arena``
+    (``shm_tensor_arena.py``, None where the release has none)."""
+
+    broadcast: ModuleType
+    arena: ModuleType | None
+    broadcast_path: Path
+    arena_path: Path | None
+
+
+def _exec(name: str, path: Path, key: str) -> ModuleType:
+    spec = importlib.util.spec_from_file_location(name, path)
+    if spec is None or spec.loader is None:
+        raise TargetError(f"cannot load {path} as a Python module")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[name] = module
+    try:
+        spec.loader.exec_module(module)
+    except TargetError:
+        raise
+    except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure is the target's
+        raise TargetError(f"{path} failed to import ({key}): {type(exc).__name__}: {exc}") from None
+    return module
+
+
+def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> SlotFiles:
+    """Execute ``shm_broadcast.py`` (and ``shm_tensor_arena.py``, which
+    imports it by its vLLM name) under the stand-ins, in isolation.
+
+    Raises:
+        TargetError: a file is missing, fails to import, or lacks its class
+            (``ShmRingBuffer`` and ``MessageQueue``; ``ShmTensorArena``).
+    """
+    paths = [Path(broadcast)] + ([Path(arena)] if arena is not None else [])
+    for p in paths:
+        if not p.is_file():
+            raise TargetError(f"target file not found: {p}")
+    with _LOAD_LOCK:
+        before = dict(sys.modules)
+        finder = _StandInFinder()
+        for k in before:  # a real torch/numpy/zmq/vllm in this process is not what the file gets
+            if k.split(".")[0] in _STANDIN_ROOTS:
+                del sys.modules[k]
+        for k, mod in _stand_ins().items():
+            sys.modules[k] = mod
+        sys.meta_path.insert(0, finder)
+        try:
+            b = _exec(BROADCAST_MODULE, paths[0], "shm_broadcast.py")
+            a = _exec(ARENA_MODULE, paths[1], "shm_tensor_arena.py") if arena is not None else None
+        finally:
+            sys.meta_path.remove(finder)
+            for k in list(sys.modules):
+                if k not in before or sys.modules[k] is not before[k]:
+                    del sys.modules[k]
+            sys.modules.update(before)
+    for mod, cls in ((b, "ShmRingBuffer"), (b, "MessageQueue"), (a, "ShmTensorArena")):
+        if mod is not None and not isinstance(getattr(mod, cls, None), type):
+            raise TargetError(f"{mod.__file__} does not define {cls}")
+    return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None)
+
+
+# ---- building the stores as vLLM does --------------------------------------------
+
+def queue_writer(files: SlotFiles, n_reader: int, chunk_bytes: int, n_chunks: int) -> Any:
+    """A ``MessageQueue`` writer's shared-memory side, as its ``__init__``
+    leaves it for local readers only (no sockets)."""
+    mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
+    mq.n_local_reader, mq.n_remote_reader, mq.shutting_down = n_reader, 0, False
+    mq.buffer = files.broadcast.ShmRingBuffer(n_reader, chunk_bytes, n_chunks)
+    mq.current_idx, mq.tensor_arena, mq.local_socket, mq.remote_socket = 0, None, None, None
+    mq._spin_condition = StandInSpin(is_reader=False)
+    mq._is_writer, mq._is_local_reader, mq._is_remote_reader, mq.local_reader_rank = True, False, False, -1
+    return mq
+
+
+def queue_reader(files: SlotFiles, writer: Any, rank: int) -> Any:
+    """A local reader of ``writer``'s ring, as ``create_from_handle`` builds
+    it (rank ``rank``; no sockets)."""
+    mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
+    mq._is_writer, mq._is_local_reader, mq._is_remote_reader = False, True, False
+    mq.buffer = files.broadcast.ShmRingBuffer(*writer.buffer.handle())
+    mq.current_idx, mq.local_reader_rank, mq.tensor_arena = 0, rank, None
+    mq.shutting_down, mq.local_socket, mq.remote_socket = False, None, None
+    mq._spin_condition = StandInSpin(is_reader=True)
+    return mq
+
+
+def uint8_tensor(data: bytes) -> StandInTensor:
+    """A 1-D uint8 tensor holding a copy of ``data`` (the writer's message)."""
+    return _frombuffer(bytearray(data), DTYPES["uint8"])
+
+
+__all__ = ["ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
+           "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
+           "uint8_tensor"]
