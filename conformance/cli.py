@@ -139,7 +139,12 @@ def build_parser() -> argparse.ArgumentParser:
     mx = sub.add_parser("matrix", help="run the gate on every vLLM release that ships the store, and on impl")
     mx.add_argument("--releases", default="all",
                     help="all (default: every X.Y.Z release from --since), newest, or a comma list X.Y.Z,...")
-    mx.add_argument("--since", default="0.11.0", help="first release with --releases all/newest (default 0.11.0)")
+    mx.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
+                    help="whose store: the object store (default), the slot-flag arena (shm_tensor_arena.py) or "
+                         "queue (shm_broadcast.py)")
+    mx.add_argument("--since", default=None,
+                    help="first release with --releases all/newest (default: the first shipping the protocol's "
+                         "file: 0.11.0, arena 0.32.0, queue 0.5.0)")
     mx.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
     mx.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
                     help="each gate's concurrency mode (default: the profile's)")

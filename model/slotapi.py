@@ -13,8 +13,12 @@ may take *any* free slot (vLLM probes every slot from the one after its last
 write), so :meth:`ArenaModel.free_slots` gives the set a write may choose
 from and the harness records the choice.
 
-A slot's row is ``[written, done_0, ..., done_{R-1}]``; ``content[i]`` is
-the message id slot ``i`` holds (None: never written).  Messages are
+The state is a *ledger*: which message each slot holds (``content``) and
+which readers released each message (``released``), from the calls the
+clients made.  NRR, FIFO and PROG are judged from it; the metadata rows a
+correct store holds (``[written, done_0, ..., done_{R-1}]``) are derived from
+it (:meth:`ArenaModel.row`), so a store whose flags diverge (CONFORMANCE) is
+still judged on what its clients did, not on its own flags.  Messages are
 numbered 0, 1, ... in the order written; a fallback (the arena writing no
 slot) still numbers its message, which its readers receive by the caller's
 pickle path.
@@ -28,41 +32,51 @@ from dataclasses import dataclass, field
 
 
 @dataclass
-class _Rows:
+class _Ledger:
+    """What every reader has received and released, message by message; the
+    metadata rows a correct store holds are derived from it (:meth:`row`),
+    so a store whose flags diverge is judged on NRR, FIFO and PROG from what
+    its clients did, not from its flags."""
+
     readers: int
     slots: int
-    written: list[int] = field(default_factory=list)
-    done: list[list[int]] = field(default_factory=list)
     content: list[int | None] = field(default_factory=list)
+    """Per slot: the message id it holds (None: never written)."""
+    released: list[set[int]] = field(default_factory=list)
+    """Per message id: the readers (0-based) that released it."""
 
     def __post_init__(self):
         if self.readers < 1 or self.slots < 1:
             raise ValueError(f"readers and slots must be >= 1, not {self.readers}, {self.slots}")
-        self.written = [0] * self.slots
-        self.done = [[0] * self.readers for _ in range(self.slots)]
         self.content = [None] * self.slots
 
+    def _claimed(self, i: int) -> bool:
+        return False
+
     def row(self, i: int) -> bytes:
-        """Slot ``i``'s flags as the store must hold them."""
-        return bytes([self.written[i], *self.done[i]])
+        """Slot ``i``'s flags ``[written, done_0, ...]`` as a correct store
+        holds them (a claimed slot: ``written`` cleared, the flags as its last
+        message's readers left them)."""
+        m = self.content[i]
+        done = [0] * self.readers if m is None else [int(r in self.released[m]) for r in range(self.readers)]
+        return bytes([int(m is not None and not self._claimed(i)), *done])
 
     def free(self, i: int) -> bool:
-        """Reusable: unwritten, or done by every reader."""
-        return not self.written[i] or all(self.done[i])
+        """Reusable: never written, or its message released by every reader."""
+        m = self.content[i]
+        return m is None or len(self.released[m]) == self.readers
 
     def holders(self, i: int) -> list[int]:
-        """The readers (0-based) that have not released written slot ``i``."""
-        return [r for r in range(self.readers) if self.written[i] and not self.done[i][r]]
-
-    def _write(self, i: int, msg: int) -> None:
-        self.written[i], self.done[i], self.content[i] = 1, [0] * self.readers, msg
+        """The readers (0-based) that have not released slot ``i``'s message."""
+        m = self.content[i]
+        return [] if m is None else [r for r in range(self.readers) if r not in self.released[m]]
 
 
 @dataclass
-class ArenaModel(_Rows):
+class ArenaModel(_Ledger):
     """The arena: ``readers`` readers, ``slots`` slots of ``slot_bytes``
-    bytes.  Each reader receives every message's stub in order
-    (``inbox``), views it, drops the view, and releases at its next flush.
+    bytes.  Each reader receives every message's stub in order, views it,
+    drops the view, and releases at its next flush.
 
     Source: vLLM 0.33.0 ``shm_tensor_arena.py`` (``write_tensor``,
     ``get_tensor``, ``flush_releases``); the writer never blocks."""
@@ -73,7 +87,7 @@ class ArenaModel(_Rows):
     next_for: list[int] = field(default_factory=list)
     """Per reader: the next message id it will receive."""
     dropped: list[set[int]] = field(default_factory=list)
-    """Per reader: slots whose last view it dropped, not yet flushed."""
+    """Per reader: message ids whose last view it dropped, not yet flushed."""
 
     def __post_init__(self):
         super().__post_init__()
@@ -85,11 +99,12 @@ class ArenaModel(_Rows):
 
     def write(self, data: bytes, slot: int | None) -> int:
         """Record a write the store placed in ``slot`` (None: fallback);
-        returns its message id.  The caller has checked ``slot`` is allowed."""
+        returns its message id."""
         msg = len(self.messages)
         self.messages.append((slot, data))
+        self.released.append(set())
         if slot is not None:
-            self._write(slot, msg)
+            self.content[slot] = msg
         return msg
 
     def receive(self, r: int) -> int | None:
@@ -99,55 +114,63 @@ class ArenaModel(_Rows):
         self.next_for[r] += 1
         return self.next_for[r] - 1
 
-    def drop(self, r: int, slot: int) -> None:
-        self.dropped[r].add(slot)
+    def drop(self, r: int, msg: int) -> None:
+        self.dropped[r].add(msg)
 
     def flush(self, r: int) -> list[int]:
-        """Reader ``r``'s flush: its dropped slots released; returns them."""
-        out = sorted(self.dropped[r])
-        for i in out:
-            self.done[i][r] = 1
+        """Reader ``r``'s flush: its dropped messages released; returns their slots."""
+        out = []
+        for m in sorted(self.dropped[r]):
+            self.released[m].add(r)
+            out.append(self.messages[m][0])
         self.dropped[r].clear()
-        return out
+        return sorted(out)
 
 
 @dataclass
-class QueueModel(_Rows):
-    """The queue's ring: the writer writes slot ``w_idx`` only, reader ``r``
-    reads slot ``r_idx[r]`` only, each moving on by one.
+class QueueModel(_Ledger):
+    """The queue's ring: message ``k`` goes to slot ``k mod slots`` (the
+    writer's ring moves only when it publishes), each reader receives the
+    messages in order, and releases each as its block ends (also when its
+    caller raised: vLLM 0.33.0 consumes the message then).
 
     Source: vLLM 0.33.0 ``shm_broadcast.py`` (``acquire_write``,
     ``acquire_read``)."""
 
-    w_idx: int = 0
-    r_idx: list[int] = field(default_factory=list)
     sent: list[bytes] = field(default_factory=list)
-    got: list[list[int]] = field(default_factory=list)
+    got: list[int] = field(default_factory=list)
+    """Per reader: how many messages it has consumed (its next is that id)."""
+    claimed: set[int] = field(default_factory=set)
+    """Slots whose ``written`` the writer cleared (its claim) and has not published since."""
     writing: bool = False
-    reading: list[bool] = field(default_factory=list)
 
     def __post_init__(self):
         super().__post_init__()
-        self.r_idx = [0] * self.readers
-        self.got = [[] for _ in range(self.readers)]
-        self.reading = [False] * self.readers
+        self.got = [0] * self.readers
+
+    @property
+    def w_idx(self) -> int:
+        return len(self.sent) % self.slots
+
+    def r_idx(self, r: int) -> int:
+        return self.got[r] % self.slots
+
+    def _claimed(self, i: int) -> bool:
+        return i in self.claimed
 
     def can_write(self) -> bool:
         return self.free(self.w_idx)
 
-    def can_read(self, r: int) -> bool:
-        i = self.r_idx[r]
-        return bool(self.written[i]) and not self.done[i][r]
-
     def begin_write(self) -> None:
-        self.written[self.w_idx] = 0
         self.writing = True
+        self.claimed.add(self.w_idx)
 
     def end_write(self, data: bytes) -> int:
         msg = len(self.sent)
+        self.claimed.discard(self.w_idx)
+        self.content[self.w_idx] = msg
         self.sent.append(data)
-        self._write(self.w_idx, msg)
-        self.w_idx = (self.w_idx + 1) % self.slots
+        self.released.append(set())
         self.writing = False
         return msg
 
@@ -157,16 +180,16 @@ class QueueModel(_Rows):
         self.writing = False
 
     def expected_read(self, r: int) -> int | None:
-        """The message id reader ``r`` reads next (None: nothing readable)."""
-        return self.content[self.r_idx[r]] if self.can_read(r) else None
+        """The message id reader ``r`` reads next (None: none published for it)."""
+        k = self.got[r]
+        return k if k < len(self.sent) and not self._claimed(k % self.slots) else None
 
-    def end_read(self, r: int) -> None:
-        """Reader ``r`` leaves its block (also by an exception): released, consumed."""
-        i = self.r_idx[r]
-        self.got[r].append(self.content[i])
-        self.done[i][r] = 1
-        self.r_idx[r] = (i + 1) % self.slots
-        self.reading[r] = False
+    def end_read(self, r: int) -> int:
+        """Reader ``r`` leaves its block (also by an exception): released, consumed; returns the message id."""
+        k = self.got[r]
+        self.released[k].add(r)
+        self.got[r] += 1
+        return k
 
 
 __all__ = ["ArenaModel", "QueueModel"]

@@ -46,7 +46,7 @@ from ..core.constructions import Construction
 from ..core.documents import header
 from ..core.errors import ExitCode
 from ..core.results import ALL_PROPERTIES
-from ..targets.loader import NoStoreFile, TargetError, fetch_store, index_releases, index_url
+from ..targets.loader import STORE_FILE, NoStoreFile, TargetError, fetch_store, index_releases, index_url
 
 SCHEMA = "shmspec.matrix/1"
 COLUMNS: tuple[str, ...] = ALL_PROPERTIES
@@ -73,6 +73,50 @@ CELL_STYLE = {"pass": ("pass", "green"), "fail": ("FAIL", "bold red"), "not-chec
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "error": "bold magenta", "unknown": "bold yellow"}
 
 
+@dataclass(frozen=True)
+class MatrixProtocol:
+    """What the matrix needs of one protocol: the wheel members a release's
+    target is made of (the first names the release's store file), the first
+    release that ships it, how a release's target is named, its property
+    columns, its model profile per release, and impl's cells (label, target,
+    folder, writer lock)."""
+
+    name: str
+    members: tuple[str, ...]
+    first_release: str
+    target_prefix: str
+    columns: tuple[str, ...]
+    impl_cells: tuple[tuple[str, str, str, bool], ...]
+
+    def model_profile(self, version: str) -> str:
+        return profile_for_vllm(version).name if self.name == "ringbuffer" else "slots-0.33"
+
+
+def matrix_protocol(name: str = "ringbuffer") -> MatrixProtocol:
+    """The matrix's view of protocol ``name`` (``ringbuffer``, ``arena``, ``queue``).
+
+    Raises:
+        ValueError: another name."""
+    if name == "ringbuffer":
+        return MatrixProtocol(name, (STORE_FILE,), FIRST_RELEASE, "vllm==", ALL_PROPERTIES,
+                              (("impl", "impl", "impl", False), ("impl +writer lock", "impl", "impl-writer-lock",
+                                                                 True)))
+    if name in ("arena", "queue"):
+        from ..protocols import get
+        from ..targets.slotfiles import ARENA_FILE, BROADCAST_FILE
+
+        members = (ARENA_FILE, BROADCAST_FILE) if name == "arena" else (BROADCAST_FILE,)
+        return MatrixProtocol(name, members, SLOT_FIRST_RELEASE[name], f"vllm-{name}==", get(name).property_ids,
+                              ((f"impl-{name}", f"impl-{name}", f"impl-{name}", False),))
+    raise ValueError(f"the matrix knows the protocols ringbuffer, arena and queue, not {name!r}")
+
+
+SLOT_FIRST_RELEASE = {"arena": "0.32.0", "queue": "0.5.0"}
+"""The first release each slot store's matrix starts from by default: the
+arena shipped in 0.32.0 (vllm#51207); ``shm_broadcast.py``'s MessageQueue
+ring is older (releases without the file are listed as such)."""
+
+
 def version_key(v: str) -> tuple[int, ...]:
     """``"0.11.2"`` -> ``(0, 11, 2)``.  Raises ValueError if not plain X.Y.Z."""
     if not re.fullmatch(r"\d+\.\d+\.\d+", v):
@@ -89,14 +133,15 @@ class Group:
     model_profile: str
     source: Path
     label: str = ""
+    target_prefix: str = "vllm=="
 
     @property
     def target(self) -> str:
-        return f"vllm=={self.versions[0]}"
+        return f"{self.target_prefix}{self.versions[0]}"
 
     @property
     def dirname(self) -> str:
-        return f"vllm-{self.versions[0]}"
+        return f"{self.target_prefix.rstrip('=')}-{self.versions[0]}"
 
 
 @dataclass
@@ -112,9 +157,11 @@ class Resolution:
     without_store: list[dict[str, str]] = field(default_factory=list)
     fetches: list[dict[str, Any]] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)
+    protocol: MatrixProtocol = field(default_factory=lambda: matrix_protocol())
 
 
-def select_versions(releases: dict[str, list[dict]], which: str = "all", since: str = FIRST_RELEASE) -> list[str]:
+def select_versions(releases: dict[str, list[dict]], which: str = "all", since: str = FIRST_RELEASE,
+                    first: str = FIRST_RELEASE) -> list[str]:
     """The releases to run, ascending.  ``which``: ``all`` (every plain X.Y.Z
     release from ``since``, never before 0.11.0), ``newest`` (the newest of
     those) or a comma list of X.Y.Z (each must be on the index; ``since`` does
@@ -129,11 +176,12 @@ def select_versions(releases: dict[str, list[dict]], which: str = "all", since: 
         if not chosen:
             raise ValueError("--releases names no release")
         for v in chosen:
-            profile_for_vllm(v)  # ValueError: predates the store
+            if first == FIRST_RELEASE:
+                profile_for_vllm(v)  # ValueError: predates the store
             if v not in releases:
                 raise ValueError(f"vllm {v} is not on the index")
         return chosen
-    floor = max(version_key(since), version_key(FIRST_RELEASE))
+    floor = max(version_key(since), version_key(first))
     plain = sorted((v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v) and version_key(v) >= floor),
                    key=version_key)
     if not plain:
@@ -154,8 +202,8 @@ def label_runs(versions: list[str], ordered: list[str]) -> str:
     return ", ".join(ordered[r[0]] if len(r) == 1 else f"{ordered[r[0]]}–{ordered[r[-1]]}" for r in runs)
 
 
-def resolve(which: str = "all", since: str = FIRST_RELEASE, index: str | None = None,
-            on_release: Callable[[int, int, str], None] | None = None) -> Resolution:
+def resolve(which: str = "all", since: str | None = FIRST_RELEASE, index: str | None = None,
+            on_release: Callable[[int, int, str], None] | None = None, protocol: str = "ringbuffer") -> Resolution:
     """List the releases on the index, fetch (or reuse) each store file and
     group them.  ``on_release(i, total, version)`` before each fetch.
 
@@ -163,8 +211,9 @@ def resolve(which: str = "all", since: str = FIRST_RELEASE, index: str | None = 
         TargetError: the index cannot be listed.
         ValueError: a bad ``which`` or ``since``.
     """
+    mp = matrix_protocol(protocol)
     releases = index_releases(index)
-    res = Resolution(select_versions(releases, which, since))
+    res = Resolution(select_versions(releases, which, since or mp.first_release, mp.first_release), protocol=mp)
     by_key: dict[tuple[str, str], Group] = {}
     for i, v in enumerate(res.versions):
         if on_release:
@@ -173,19 +222,21 @@ def resolve(which: str = "all", since: str = FIRST_RELEASE, index: str | None = 
             res.without_store.append({"version": v, "reason": "no files on the index"})
             continue
         try:
-            path, record = fetch_store(v, releases[v], index)
+            fetched = [fetch_store(v, releases[v], index, member) for member in mp.members]
         except NoStoreFile as exc:
             res.without_store.append({"version": v, "reason": str(exc)})
             continue
         except TargetError as exc:
             res.errors.append(f"vllm {v}: {exc}")
             continue
+        path, record = fetched[0]
         res.fetches.append({"version": v, **record})
-        key = (hashlib.sha256(path.read_bytes()).hexdigest(), profile_for_vllm(v).name)
+        digest = hashlib.sha256(b"".join(p.read_bytes() for p, _ in fetched)).hexdigest()
+        key = (digest, mp.model_profile(v))
         if key in by_key:
             by_key[key].versions.append(v)
         else:
-            by_key[key] = Group([v], key[0], key[1], path)
+            by_key[key] = Group([v], key[0], key[1], path, target_prefix=mp.target_prefix)
     with_store = [f["version"] for f in res.fetches]
     res.groups = sorted(by_key.values(), key=lambda g: version_key(g.versions[0]))
     for g in res.groups:
@@ -244,7 +295,8 @@ def clear_previous(report_dir: Path) -> list[str]:
 
 
 def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concurrency: str | None,
-             env: dict[str, str] | None = None, writer_lock: bool = False) -> dict[str, Any]:
+             env: dict[str, str] | None = None, writer_lock: bool = False,
+             columns: tuple[str, ...] = COLUMNS) -> dict[str, Any]:
     """One ``shmspec check`` of ``target`` in a fresh process, writing its
     report into ``cell_dir`` and its console output to ``cell_dir/check.log``.
     ``writer_lock`` runs the gate's ``--writer-lock`` construction.
@@ -288,12 +340,12 @@ def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concur
     try:
         data = json.loads((cell_dir / "report.json").read_text())
     except (OSError, ValueError):
-        return {"verdict": "error", "properties": {p: "not-checked" for p in COLUMNS}, "seconds": None,
+        return {"verdict": "error", "properties": {p: "not-checked" for p in columns}, "seconds": None,
                 "wall_seconds": round(wall, 2), "exit_code": code,
                 "error": _last_line(log) or f"the gate exited {code} without a report"}
     props = data.get("properties", {})
     return {"verdict": data.get("verdict", "error"),
-            "properties": {p: props.get(p, "not-checked") for p in COLUMNS},
+            "properties": {p: props.get(p, "not-checked") for p in columns},
             "seconds": data.get("seconds"), "wall_seconds": round(wall, 2), "exit_code": code,
             "error": "; ".join(data.get("errors") or []) or None}
 
@@ -321,7 +373,8 @@ class MatrixResult:
             "concurrency": self.concurrency,
             "seed": self.seed,
             "index_url": self.index_url,
-            "properties": list(COLUMNS),
+            "protocol": r.protocol.name,
+            "properties": list(r.protocol.columns),
             "releases": r.versions,
             "rows": self.rows,
             "releases_without_store": r.without_store,
@@ -357,17 +410,21 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
     env = {"SHMSPEC_INDEX_URL": index} if index else {}
     cells: list[tuple[str, list[str], str, str | None, str, str, bool]] = [
         (g.label, g.versions, g.target, g.sha256, g.model_profile, g.dirname, False) for g in res.groups]
-    if impl:  # impl in both constructions: as vLLM builds its writer, and given the readers' lock
-        cells.append(("impl", ["impl"], "impl", None, "impl", "impl", False))
-        cells.append(("impl +writer lock", ["impl"], "impl", None, "impl", "impl-writer-lock", True))
+    mp = res.protocol
+    if impl:  # ring buffer: impl in both constructions (as vLLM builds its writer, and given the readers' lock)
+        for label, target, dirname, lock in mp.impl_cells:
+            cells.append((label, ["impl"], target, None, "impl" if mp.name == "ringbuffer" else "slots-0.33",
+                          dirname, lock))
     t0 = time.monotonic()
     for i, (label, versions, target, sha, model_profile, dirname, writer_lock) in enumerate(cells):
         if on_cell:
             on_cell(i, len(cells), label, target)
-        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock)
+        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock, mp.columns)
         has_report = (report_dir / dirname / "report.json").is_file()
         row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
-               "model_profile": model_profile, "construction": Construction(writer_lock=writer_lock).to_json(), **gate,
+               "model_profile": model_profile,
+               "construction": (Construction(writer_lock=writer_lock) if mp.name == "ringbuffer" else
+                                Construction(False, "one-process")).to_json(), **gate,
                "report": f"{dirname}/report.html" if has_report else None,
                "report_json": f"{dirname}/report.json" if has_report else None,
                "log": f"{dirname}/check.log"}
@@ -378,9 +435,10 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
     return out
 
 
-def failing(row: dict[str, Any]) -> list[str]:
-    """The row's failing property ids, in column order."""
-    return [p for p in COLUMNS if row["properties"].get(p) == "fail"]
+def failing(row: dict[str, Any], columns: tuple[str, ...] | None = None) -> list[str]:
+    """The row's failing property ids, in column order (``columns``: the
+    protocol's; default the row's own)."""
+    return [p for p in (columns or tuple(row["properties"])) if row["properties"].get(p) == "fail"]
 
 
 def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Table:
@@ -390,12 +448,14 @@ def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Tabl
     None: no links)."""
     seed = "the profile's" if res.seed is None else res.seed
     concurrency = res.concurrency or "the profile's"
-    t = Table(title=f"shmspec matrix: vLLM releases x properties (gate profile {res.profile}, concurrency "
+    columns = res.resolution.protocol.columns
+    what = "" if res.resolution.protocol.name == "ringbuffer" else f" ({res.resolution.protocol.name})"
+    t = Table(title=f"shmspec matrix{what}: vLLM releases x properties (gate profile {res.profile}, concurrency "
                     f"{concurrency}, seed {seed})", title_justify="left")
     t.add_column("releases", overflow="fold", min_width=13)
     t.add_column("model", no_wrap=True)
     t.add_column("verdict", no_wrap=True)
-    for p in COLUMNS:
+    for p in columns:
         t.add_column(p, no_wrap=True, justify="center")
     t.add_column("gate s", justify="right", no_wrap=True)
     for i, row in enumerate(res.rows):
@@ -405,7 +465,7 @@ def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Tabl
             return Text(word, style=Style.parse(style) + Style(link=link) if link else style)
 
         verdict = styled(row["verdict"], VERDICT_STYLE.get(row["verdict"], ""))
-        cells = [styled(*CELL_STYLE.get(row["properties"].get(p, "not-checked"), ("?", ""))) for p in COLUMNS]
+        cells = [styled(*CELL_STYLE.get(row["properties"].get(p, "not-checked"), ("?", ""))) for p in columns]
         secs = "-" if row["seconds"] is None else f"{row['seconds']:.0f}"
         t.add_row(styled(row["label"], ""), row["model_profile"], verdict, *cells, secs,
                   end_section=(i + 1 < len(res.rows) and res.rows[i + 1]["releases"] == ["impl"]))
@@ -492,7 +552,7 @@ def main(args, console, err) -> int:
             def on_release(i: int, total: int, version: str) -> None:
                 progress.update(task, total=total, completed=i, description=f"store file of vllm {version}")
 
-            res = resolve(args.releases, args.since, index, on_release)
+            res = resolve(args.releases, args.since, index, on_release, getattr(args, "protocol", None) or "ringbuffer")
     except (TargetError, ValueError) as exc:
         return fail(str(exc))
     width = 150
@@ -515,7 +575,7 @@ def main(args, console, err) -> int:
     except OSError as exc:
         return fail(f"cannot write the report to {report_dir}: {exc.strerror or exc}")
     with Progress(*columns, console=err, transient=True, disable=not err.is_terminal) as progress:
-        n_cells = len(res.groups) + (0 if args.no_impl else 2)
+        n_cells = len(res.groups) + (0 if args.no_impl else len(res.protocol.impl_cells))
         bar = progress.add_task("gates", total=n_cells)
 
         def on_cell(i: int, total: int, label: str, target: str) -> None:
@@ -532,6 +592,8 @@ def main(args, console, err) -> int:
         from ..runner.gate import GATE_PROFILES
 
         concurrency = args.concurrency or GATE_PROFILES[args.profile].concurrency
+        if res.protocol.name != "ringbuffer":
+            concurrency = None  # the slot protocols run lockstep only (their gate's own choice)
         out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
                          started, on_cell, on_done)
     out.seconds = time.monotonic() - t0  # the whole run, fetching included

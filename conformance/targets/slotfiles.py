@@ -354,7 +354,8 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> S
                 if k not in before or sys.modules[k] is not before[k]:
                     del sys.modules[k]
             sys.modules.update(before)
-    for mod, cls in ((b, "ShmRingBuffer"), (b, "MessageQueue"), (a, "ShmTensorArena")):
+    queue = "MessageQueue" if hasattr(b, "MessageQueue") or not hasattr(b, "ShmRingBufferIO") else "ShmRingBufferIO"
+    for mod, cls in ((b, "ShmRingBuffer"), (b, queue), (a, "ShmTensorArena")):
         if mod is not None and not isinstance(getattr(mod, cls, None), type):
             raise TargetError(f"{mod.__file__} does not define {cls}")
     return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None)
@@ -362,9 +363,38 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> S
 
 # ---- building the stores as vLLM does --------------------------------------------
 
+class WouldWait(TimeoutError):
+    """A release whose ``acquire_write``/``acquire_read`` take no timeout
+    (vLLM 0.5.1 - 0.6.4's ``ShmRingBufferIO``) reached its wait: raised from
+    its first ``time.sleep``, so the harness never waits for ever."""
+
+
+class _NoSleep:
+    """The ``time`` module those releases see: ``sleep`` raises :class:`WouldWait`."""
+
+    def __getattr__(self, name: str):
+        import time
+
+        return getattr(time, name)
+
+    @staticmethod
+    def sleep(seconds: float) -> None:
+        raise WouldWait(f"the release's wait has no timeout (it sleeps {seconds:g} s and checks again, for ever)")
+
+
+def queue_api(files: SlotFiles) -> str:
+    """``"MessageQueue"`` (vLLM >= 0.6.5) or ``"ShmRingBufferIO"`` (0.5.1 - 0.6.4: no timeouts)."""
+    return "MessageQueue" if hasattr(files.broadcast, "MessageQueue") else "ShmRingBufferIO"
+
+
 def queue_writer(files: SlotFiles, n_reader: int, chunk_bytes: int, n_chunks: int) -> Any:
     """A ``MessageQueue`` writer's shared-memory side, as its ``__init__``
-    leaves it for local readers only (no sockets)."""
+    leaves it for local readers only (no sockets); on the releases before
+    ``MessageQueue``, a ``ShmRingBufferIO`` writer over a new ``ShmRingBuffer``
+    (their ``time.sleep`` raises :class:`WouldWait`)."""
+    if queue_api(files) == "ShmRingBufferIO":
+        files.broadcast.time = _NoSleep()
+        return files.broadcast.ShmRingBufferIO(files.broadcast.ShmRingBuffer(n_reader, chunk_bytes, n_chunks), -1)
     mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
     mq.n_local_reader, mq.n_remote_reader, mq.shutting_down = n_reader, 0, False
     mq.buffer = files.broadcast.ShmRingBuffer(n_reader, chunk_bytes, n_chunks)
@@ -377,6 +407,11 @@ def queue_writer(files: SlotFiles, n_reader: int, chunk_bytes: int, n_chunks: in
 def queue_reader(files: SlotFiles, writer: Any, rank: int) -> Any:
     """A local reader of ``writer``'s ring, as ``create_from_handle`` builds
     it (rank ``rank``; no sockets)."""
+    if queue_api(files) == "ShmRingBufferIO":
+        ring = writer.buffer
+        return files.broadcast.ShmRingBufferIO(
+            files.broadcast.ShmRingBuffer(ring.n_reader, ring.max_chunk_bytes, ring.max_chunks,
+                                          ring.shared_memory.name), rank)
     mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
     mq._is_writer, mq._is_local_reader, mq._is_remote_reader = False, True, False
     mq.buffer = files.broadcast.ShmRingBuffer(*writer.buffer.handle())
@@ -391,6 +426,6 @@ def uint8_tensor(data: bytes) -> StandInTensor:
     return _frombuffer(bytearray(data), DTYPES["uint8"])
 
 
-__all__ = ["ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
+__all__ = ["WouldWait", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
            "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
            "uint8_tensor"]

@@ -199,15 +199,21 @@ class QueueDriver:
         else:
             self.w = slotfiles.queue_writer(target.files, readers, slot_bytes, slots)
             self.r = [slotfiles.queue_reader(target.files, self.w, k) for k in range(readers)]
+        # vLLM 0.5.1 - 0.6.4 (ShmRingBufferIO): no timeout argument; its first sleep raises WouldWait instead
+        self.bounded = target.origin == "impl" or slotfiles.queue_api(target.files) == "MessageQueue"
+        self.unbounded_waits = 0
 
     def begin(self, who: Any) -> bool:
         """Enter ``acquire_write`` (``who == "w"``) or reader ``who``'s
         ``acquire_read`` with ``timeout=0``; False: it timed out."""
         store = self.w if who == "w" else self.r[who]
-        cm = store.acquire_write(timeout=0) if who == "w" else store.acquire_read(timeout=0)
+        args = {"timeout": 0} if self.bounded else {}
+        cm = store.acquire_write(**args) if who == "w" else store.acquire_read(**args)
         try:
             buf = cm.__enter__()
-        except TimeoutError:
+        except TimeoutError as exc:
+            if isinstance(exc, slotfiles.WouldWait):
+                self.unbounded_waits += 1
             return False
         self.open[who] = (cm, buf)
         return True
@@ -236,6 +242,10 @@ class QueueDriver:
 
     def _buf(self):
         return self.w.buf if self.target.origin == "impl" else self.w.buffer.shared_memory.buf
+
+    def indices(self) -> tuple[int, list[int]]:
+        """The writer's and each reader's ``current_idx`` (vLLM's and ours keep it in the process)."""
+        return self.w.current_idx, [r.current_idx for r in self.r]
 
     def rows(self) -> list[bytes]:
         m = self.slot_bytes * self.slots
