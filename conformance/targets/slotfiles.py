@@ -370,16 +370,41 @@ class WouldWait(TimeoutError):
 
 
 class _NoSleep:
-    """The ``time`` module those releases see: ``sleep`` raises :class:`WouldWait`."""
+    """The ``time`` and ``os`` modules those releases see: ``sleep`` and
+    ``sched_yield`` (their waits' only pause) raise :class:`WouldWait`."""
+
+    def __init__(self, module: ModuleType):
+        self._module = module
 
     def __getattr__(self, name: str):
-        import time
-
-        return getattr(time, name)
+        return getattr(self._module, name)
 
     @staticmethod
-    def sleep(seconds: float) -> None:
+    def sleep(seconds: float = 0) -> None:
         raise WouldWait(f"the release's wait has no timeout (it sleeps {seconds:g} s and checks again, for ever)")
+
+    @staticmethod
+    def sched_yield() -> None:
+        raise WouldWait("the release's wait has no timeout (it yields and checks again, for ever)")
+
+
+class StandInSpinTimer:
+    """vLLM 0.9.1 - 0.17.1's reader ``_read_spin_timer`` without its sleep policy."""
+
+    def spin(self) -> None:
+        os.sched_yield()
+
+    def record_activity(self) -> None:
+        pass
+
+
+def has_timeouts(files: SlotFiles) -> bool:
+    """Whether the release's ``acquire_write``/``acquire_read`` take a
+    ``timeout`` (vLLM >= 0.6.5; before: they wait for ever)."""
+    import inspect
+
+    cls = getattr(files.broadcast, queue_api(files))
+    return "timeout" in inspect.signature(cls.acquire_write).parameters
 
 
 def queue_api(files: SlotFiles) -> str:
@@ -392,8 +417,11 @@ def queue_writer(files: SlotFiles, n_reader: int, chunk_bytes: int, n_chunks: in
     leaves it for local readers only (no sockets); on the releases before
     ``MessageQueue``, a ``ShmRingBufferIO`` writer over a new ``ShmRingBuffer``
     (their ``time.sleep`` raises :class:`WouldWait`)."""
+    if not has_timeouts(files):
+        import time
+
+        files.broadcast.time, files.broadcast.os = _NoSleep(time), _NoSleep(os)
     if queue_api(files) == "ShmRingBufferIO":
-        files.broadcast.time = _NoSleep()
         return files.broadcast.ShmRingBufferIO(files.broadcast.ShmRingBuffer(n_reader, chunk_bytes, n_chunks), -1)
     mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
     mq.n_local_reader, mq.n_remote_reader, mq.shutting_down = n_reader, 0, False
@@ -414,7 +442,10 @@ def queue_reader(files: SlotFiles, writer: Any, rank: int) -> Any:
                                           ring.shared_memory.name), rank)
     mq = files.broadcast.MessageQueue.__new__(files.broadcast.MessageQueue)
     mq._is_writer, mq._is_local_reader, mq._is_remote_reader = False, True, False
-    mq.buffer = files.broadcast.ShmRingBuffer(*writer.buffer.handle())
+    ring = writer.buffer  # (ShmRingBuffer.handle() is newer than 0.5.2; these fields are in every release)
+    mq.buffer = files.broadcast.ShmRingBuffer(ring.n_reader, ring.max_chunk_bytes, ring.max_chunks,
+                                              ring.shared_memory.name)
+    mq._read_spin_timer = StandInSpinTimer()  # 0.9.1 - 0.17.1
     mq.current_idx, mq.local_reader_rank, mq.tensor_arena = 0, rank, None
     mq.shutting_down, mq.local_socket, mq.remote_socket = False, None, None
     mq._spin_condition = StandInSpin(is_reader=True)
@@ -426,6 +457,6 @@ def uint8_tensor(data: bytes) -> StandInTensor:
     return _frombuffer(bytearray(data), DTYPES["uint8"])
 
 
-__all__ = ["WouldWait", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
+__all__ = ["StandInSpinTimer", "WouldWait", "has_timeouts", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
            "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
            "uint8_tensor"]

@@ -270,7 +270,10 @@ class QueueSession(_Session):
             out.append(("FIFO", f"r{r + 1} read slot {m.r_idx(r)} with nothing readable (a message twice, or a "
                                 "slot mid-write)"))
         elif data != m.sent[msg]:
-            out.append(("FIFO", f"r{r + 1} read other bytes for message {msg}: {_diff(data, m.sent[msg])}"))
+            same = [j for j, sent in enumerate(m.sent) if sent == data]
+            what = (f"message {same[-1]}{' again' if same[-1] < msg else ''} where message {msg} was next"
+                    if same else f"other bytes for message {msg}: {_diff(data, m.sent[msg])}")
+            out.append(("FIFO", f"r{r + 1} read {what}"))
         self.holding[r] = (-1 if msg is None else msg, data)
         return expected, observed, True
 

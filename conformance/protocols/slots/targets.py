@@ -199,8 +199,8 @@ class QueueDriver:
         else:
             self.w = slotfiles.queue_writer(target.files, readers, slot_bytes, slots)
             self.r = [slotfiles.queue_reader(target.files, self.w, k) for k in range(readers)]
-        # vLLM 0.5.1 - 0.6.4 (ShmRingBufferIO): no timeout argument; its first sleep raises WouldWait instead
-        self.bounded = target.origin == "impl" or slotfiles.queue_api(target.files) == "MessageQueue"
+        # vLLM 0.5.1 - 0.6.4: no timeout argument; their first sleep (or yield) raises WouldWait instead
+        self.bounded = target.origin == "impl" or slotfiles.has_timeouts(target.files)
         self.unbounded_waits = 0
 
     def begin(self, who: Any) -> bool:
