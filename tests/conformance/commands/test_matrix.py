@@ -507,3 +507,39 @@ def test_interrupted_cell_stops_its_gate(tmp_path, monkeypatch):
     monkeypatch.setattr(matrix, "GATE_COMMAND", [sys.executable, str(exiting)])
     with pytest.raises(KeyboardInterrupt):
         matrix.run_cell("impl", tmp_path / "cell2", "ci", None, None)
+
+
+def _slot_wheel(members: dict[str, bytes]) -> bytes:
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
+        zf.writestr("vllm/_C.abi3.so", b"\0" * 4096, compress_type=zipfile.ZIP_STORED)
+        for name, data in members.items():
+            zf.writestr(name, data)
+    return buf.getvalue()
+
+
+def test_a_slot_protocol_matrix_fetches_its_files_and_groups_by_both(index):
+    """``--protocol arena``: a release is its arena file and its shm_broadcast.py (the group key
+    covers both); releases without the arena file are listed as such; targets are vllm-arena==X."""
+    from shmspec.conformance.targets.slotfiles import ARENA_FILE, BROADCAST_FILE
+
+    b1, b2, a1 = b"# broadcast 1\n", b"# broadcast 2\n", b"# arena 1\n"
+    index.publish({
+        "0.31.0": {whl("0.31.0"): _slot_wheel({BROADCAST_FILE: b1})},
+        "0.32.0": {whl("0.32.0"): _slot_wheel({BROADCAST_FILE: b1, ARENA_FILE: a1})},
+        "0.32.1": {whl("0.32.1"): _slot_wheel({BROADCAST_FILE: b1, ARENA_FILE: a1})},
+        "0.33.0": {whl("0.33.0"): _slot_wheel({BROADCAST_FILE: b2, ARENA_FILE: a1})},
+    })
+    res = matrix.resolve("all", None, index.url, protocol="arena")
+    assert res.versions == ["0.32.0", "0.32.1", "0.33.0"]  # the arena's first release is the floor
+    assert [(g.versions, g.target, g.dirname, g.model_profile) for g in res.groups] == [
+        (["0.32.0", "0.32.1"], "vllm-arena==0.32.0", "vllm-arena-0.32.0", "slots-0.33"),
+        (["0.33.0"], "vllm-arena==0.33.0", "vllm-arena-0.33.0", "slots-0.33")]
+    assert res.protocol.columns == ("NRR", "DISJ", "FIFO", "FALLBACK", "PROG", "LIVE", "CONFORMANCE")
+    old = matrix.resolve("all", "0.31.0", index.url, protocol="queue")
+    assert [g.versions for g in old.groups] == [["0.31.0", "0.32.0", "0.32.1"], ["0.33.0"]]
+    assert old.groups[0].target == "vllm-queue==0.31.0" and old.protocol.impl_cells[0][1] == "impl-queue"
+    listed = matrix.resolve("0.31.0", None, index.url, protocol="arena")
+    assert listed.groups == [] and ARENA_FILE in listed.without_store[0]["reason"]
+    with pytest.raises(ValueError, match="knows the protocols"):
+        matrix.matrix_protocol("toy")
