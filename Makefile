@@ -43,6 +43,7 @@ matrix: $(STAMP)
 # only).  Needs java on PATH.
 check-model: $(STAMP)
 	$(BIN)/shmspec model $(if $(filter deep,$(DEPTH)),--deep) $(if $(MODEL_TARGET),--target $(MODEL_TARGET))
+	$(if $(filter deep,$(DEPTH)),,$(BIN)/shmspec model --protocol arena)  # tla/slots: the slot-flag protocol
 
 # behaviours sampled from TLC's state graph of the smallest config, replayed on impl
 spec-tests: $(STAMP)

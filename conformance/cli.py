@@ -107,6 +107,10 @@ def build_parser() -> argparse.ArgumentParser:
     c.add_argument("--junit", type=Path, default=None, metavar="FILE",
                    help="also write JUnit XML: one testcase per property (failed, known and skipped told apart)")
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
+    m.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
+                   help="whose spec: the object store's (tla/ShmStore.tla, default) or the slot-flag protocol's "
+                        "(arena or queue: tla/slots/Slots.tla, every MC_slots*.cfg, TLC's states beside the model's "
+                        "BFS)")
     m.add_argument("--tla-dir", type=Path, default=None, help="folder with ShmStore.tla and MC*.cfg (default: the repository's tla/)")
     m.add_argument("--config", default="MC*.cfg", help="glob of configs to run (default MC*.cfg)")
     m.add_argument("--deep", action="store_true",
@@ -442,6 +446,8 @@ def model(args: argparse.Namespace) -> int:
     if problem:
         err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
+    if getattr(args, "protocol", "ringbuffer") != "ringbuffer":
+        return _model_slots(args, console, err, report_dir, int(workers))
     agree = not args.deep if args.agreement is None else args.agreement
     try:
         with err.status("running TLC") as status:
@@ -454,6 +460,32 @@ def model(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     modelcheck.write(outcomes, report_dir)
     modelcheck.render(console, outcomes, report_dir, panels=False)
+    return EXIT_PASS if all(o.ok for o in outcomes) else EXIT_FAIL
+
+
+def _model_slots(args, console, err, report_dir, workers: int) -> int:
+    """``shmspec model --protocol arena|queue``: TLC and the model's BFS on
+    every ``tla/slots/MC_slots*.cfg`` (``--config`` narrows; default
+    ``MC_slots*.cfg``); exit 0 when each does what its ``Expected:`` line
+    says and the state counts agree, else 1; 2 when TLC cannot run."""
+    from .commands import modelcheck
+    from .spec.tlc import TlcError
+
+    pattern = args.config if args.config != "MC*.cfg" else "MC_slots*.cfg"
+    if args.deep or args.target or args.tla_dir:
+        err.print("shmspec: error: --deep, --target and --tla-dir are the object store's (not with --protocol "
+                  f"{args.protocol})", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    try:
+        with err.status("running TLC") as status:
+            outcomes = modelcheck.run_slots(pattern, lambda name: status.update(f"TLC and the model on {name}"),
+                                            workers)
+    except (TlcError, ValueError, KeyError) as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    path = modelcheck.write_slots(outcomes, report_dir)
+    console.print(modelcheck.slots_table(outcomes))
+    console.print(f"report: {path}", markup=False, highlight=False)
     return EXIT_PASS if all(o.ok for o in outcomes) else EXIT_FAIL
 
 

@@ -48,6 +48,16 @@ EMPTY = -1
 """``data`` of a slot never written."""
 
 FAULTS = frozenset({"no_claim", "reset_first", "early_release", "free_ignores_readers", "publish_first"})
+FENCES = frozenset({"claim", "publish"})
+"""Where the writer may fence under ``tso``/``pso``: after its claim, and
+between the flag reset and ``written`` (``publish``).  vLLM 0.33.0 has the
+second only (``VLLM_FENCES``); impl's ``SlotArena``/``SlotQueue`` have both."""
+VLLM_FENCES = frozenset({"publish"})
+MEMORY = ("sc", "tso", "pso")
+"""Store orders: ``sc`` (every store visible at once), ``tso`` (x86: each
+writer store waits in a FIFO buffer, drained in order), ``pso`` (stores to
+different locations drain in any order, as on ARM and POWER; to one
+location in order)."""
 
 
 @dataclass(frozen=True)
@@ -88,8 +98,18 @@ class Config:
     slots: int = 2
     messages: int = 3
     faults: frozenset[str] = field(default_factory=frozenset)
+    memory: str = "sc"
+    """The writer's store order (:data:`MEMORY`)."""
+    fences: frozenset[str] = VLLM_FENCES
+    """The writer's fences (:data:`FENCES`), each a step of its own under
+    ``tso`` and ``pso`` that waits until every store of the writer is
+    visible (under ``sc`` a fence changes nothing and is no step)."""
 
     def __post_init__(self):
+        if self.memory not in MEMORY:
+            raise ValueError(f"unknown memory order {self.memory!r} (known: {', '.join(MEMORY)})")
+        if set(self.fences) - FENCES:
+            raise ValueError(f"unknown fence {sorted(set(self.fences) - FENCES)[0]!r} (known: claim, publish)")
         for name in ("readers", "slots", "messages"):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name} must be >= 1, not {getattr(self, name)}")
@@ -109,6 +129,10 @@ class State(NamedTuple):
     r_idx: tuple[int, ...]
     r_hold: tuple[int, ...]  # the message id a reader read and still holds (EMPTY: none)
     r_got: tuple[tuple[int, ...], ...]  # what each reader received, in order
+    w_buf: tuple[tuple[str, int, int, int], ...] = ()
+    """The writer's stores not yet visible, oldest first: ``(kind, slot,
+    reader, value)``, kind ``w`` (written), ``d`` (done; reader 0-based) or
+    ``x`` (data; reader -1).  Always empty under ``sc``."""
 
 
 def initial(cfg: Config) -> State:
@@ -121,29 +145,77 @@ def _set(t: tuple, i: int, v) -> tuple:
     return t[:i] + (v,) + t[i + 1:]
 
 
+def _commit(s: State, entry: tuple[str, int, int, int]) -> State:
+    """``s`` with one store made visible."""
+    kind, i, r, v = entry
+    if kind == "w":
+        return s._replace(written=_set(s.written, i, v))
+    if kind == "x":
+        return s._replace(data=_set(s.data, i, v))
+    return s._replace(done=_set(s.done, i, _set(s.done[i], r, v)))
+
+
+def _store(cfg: Config, s: State, *entries: tuple[str, int, int, int]) -> State:
+    """The writer's stores: visible at once under ``sc``, else buffered."""
+    if cfg.memory == "sc":
+        for e in entries:
+            s = _commit(s, e)
+        return s
+    return s._replace(w_buf=s.w_buf + tuple(entries))
+
+
+def _wread(s: State, kind: str, i: int, r: int = -1) -> int:
+    """A location as the writer reads it: its own newest buffered store, else memory."""
+    for k, j, q, v in reversed(s.w_buf):
+        if (k, j, q) == (kind, i, r):
+            return v
+    return s.written[i] if kind == "w" else s.data[i] if kind == "x" else s.done[i][r]
+
+
 def successors(cfg: Config, s: State) -> Iterator[tuple[str, State]]:
     """Every step enabled in ``s``: ``(label, next state)``; labels are
     ``writer <step>`` or ``r<k> <step>``."""
     f = cfg.faults
     i = s.w_idx
+    weak = cfg.memory != "sc"
+    # a buffered store becoming visible: the oldest (tso), or any with no older one to its location (pso)
+    for k, e in enumerate(s.w_buf):
+        if k > 0 and cfg.memory == "tso":
+            break
+        if any(o[:3] == e[:3] for o in s.w_buf[:k]):
+            continue
+        yield f"writer drain {e[0]}[{e[1]}{'' if e[2] < 0 else f',{e[2]}'}]={e[3]}", _commit(
+            s._replace(w_buf=s.w_buf[:k] + s.w_buf[k + 1:]), e)
     if s.w_pc == "idle" and s.w_msg < cfg.messages:
-        free = not s.written[i] or all(s.done[i]) or "free_ignores_readers" in f
+        free = (not _wread(s, "w", i) or all(_wread(s, "d", i, r) for r in range(cfg.readers))
+                or "free_ignores_readers" in f)
         if free:
             nxt = s._replace(w_pc="reset" if "reset_first" in f else "copy_begin")
             if "no_claim" not in f:
-                nxt = nxt._replace(written=_set(s.written, i, 0))
+                nxt = _store(cfg, nxt, ("w", i, -1, 0))
+                if weak and "claim" in cfg.fences:
+                    nxt = nxt._replace(w_pc="fence_claim:" + nxt.w_pc)
             yield "writer claim", nxt
+    elif s.w_pc.startswith("fence_claim:"):
+        if not s.w_buf:  # the claim visible before anything else of the copy
+            yield "writer fence", s._replace(w_pc=s.w_pc.split(":", 1)[1])
     elif s.w_pc == "copy_begin":
-        yield "writer copy_begin", s._replace(data=_set(s.data, i, TORN), w_pc="copy_end")
+        yield "writer copy_begin", _store(cfg, s._replace(w_pc="copy_end"), ("x", i, -1, TORN))
     elif s.w_pc == "copy_end":
         after = "publish" if "reset_first" in f else ("publish" if "publish_first" in f else "reset")
-        yield "writer copy_end", s._replace(data=_set(s.data, i, s.w_msg), w_pc=after)
+        yield "writer copy_end", _store(cfg, s._replace(w_pc=after), ("x", i, -1, s.w_msg))
     elif s.w_pc == "reset":
         after = "copy_begin" if "reset_first" in f else ("next" if "publish_first" in f else "publish")
-        yield "writer reset_flags", s._replace(done=_set(s.done, i, (0,) * cfg.readers), w_pc=after)
+        if after == "publish" and weak and "publish" in cfg.fences:
+            after = "fence"
+        yield "writer reset_flags", _store(cfg, s._replace(w_pc=after),
+                                           *(("d", i, r, 0) for r in range(cfg.readers)))
+    elif s.w_pc == "fence":
+        if not s.w_buf:  # vLLM's memory_fence() between the reset and ``written``: waits until all is visible
+            yield "writer fence", s._replace(w_pc="publish")
     elif s.w_pc == "publish":
         after = "reset" if "publish_first" in f and "reset_first" not in f else "next"
-        yield "writer publish", s._replace(written=_set(s.written, i, 1), w_pc=after)
+        yield "writer publish", _store(cfg, s._replace(w_pc=after), ("w", i, -1, 1))
     elif s.w_pc == "next":
         yield "writer advance", s._replace(w_idx=(i + 1) % cfg.slots, w_msg=s.w_msg + 1, w_pc="idle")
     for r in range(cfg.readers):
@@ -229,7 +301,7 @@ def explore(cfg: Config, limit: int = 2_000_000) -> Exploration:
             found.violation = (broken[0][0], broken[0][1], trace(s))
             return found
         steps = list(successors(cfg, s))
-        final = s.w_msg == cfg.messages and all(len(g) == cfg.messages for g in s.r_got)
+        final = s.w_msg == cfg.messages and all(len(g) == cfg.messages for g in s.r_got) and not s.w_buf
         if not steps and not final:
             found.deadlocks += 1
             if found.deadlock_trace is None:

@@ -219,3 +219,93 @@ def write(outcomes: list[ConfigOutcome], report_dir: Path) -> None:
 
 
 __all__ = ["SCHEMA", "ConfigOutcome", "render", "run", "summary_table", "to_json", "write"]
+
+
+# ---- the slot-flag protocols' spec (tla/slots/) -----------------------------------------
+
+SLOTS_SCHEMA = "shmspec.model-slots/1"
+
+
+@dataclass
+class SlotConfigOutcome:
+    """One ``tla/slots/MC_slots*.cfg``: TLC's result, the model's BFS on the
+    same constants (:func:`shmspec.model.slots.explore`), and whether they
+    agree with each other and with the config's ``Expected:`` line."""
+
+    config: ConfigFile
+    status: str
+    distinct: int | None
+    invariant: str | None
+    tlc_trace_states: int
+    model_states: int
+    model_violation: tuple[str, str, list[str]] | None
+    error: str = ""
+
+    @property
+    def ok(self) -> bool:
+        if self.config.expected:  # must fail: TLC and the model fail the stated invariant, traces as long
+            return (self.status == "violation" and [self.invariant] == self.config.expected
+                    and self.model_violation is not None and self.model_violation[0] == self.invariant
+                    and self.tlc_trace_states == len(self.model_violation[2]) + 1)
+        return self.status == "ok" and self.model_violation is None and self.distinct == self.model_states
+
+    def to_json(self) -> dict[str, Any]:
+        return {"config": self.config.name, "expected": self.config.expected, "tlc": self.status,
+                "distinct": self.distinct, "invariant": self.invariant, "tlc_trace_states": self.tlc_trace_states,
+                "model_states": self.model_states, "ok": self.ok, "error": self.error or None,
+                "model_trace": self.model_violation[2] if self.model_violation else None}
+
+
+def slot_model_config(cf: ConfigFile) -> Any:
+    """The :class:`shmspec.model.slots.Config` a ``tla/slots`` config's CONSTANTS state."""
+    import re
+
+    from shmspec.model.slots import Config
+
+    c = cf.constants
+    names = lambda text: frozenset(re.findall(r'"([^"]+)"', text))  # noqa: E731 - a TLA+ set of strings
+    return Config(int(c["R"]), int(c["S"]), int(c["M"]), names(c.get("Faults", "{}")),
+                  c.get("Memory", '"sc"').strip('"'), names(c.get("Fences", '{"publish"}')))
+
+
+def run_slots(pattern: str = "MC_slots*.cfg", on_config: Callable[[str], None] | None = None,
+              workers: int = 1) -> list[SlotConfigOutcome]:
+    """TLC and the model's BFS on every slot config (``tla/slots/``).
+
+    Raises:
+        TlcError: no config, or TLC cannot run."""
+    from shmspec.model.slots import explore
+
+    from ..core import paths
+    from ..spec.tlc import run_tlc
+
+    folder = paths.tla_dir() / "slots"
+    out = []
+    for cf in config_files(folder, pattern):
+        if on_config:
+            on_config(cf.name)
+        res = run_tlc(cf.path, spec=folder / "Slots.tla", workers=1 if cf.expected else workers)
+        found = explore(slot_model_config(cf))
+        out.append(SlotConfigOutcome(cf, res.status, res.distinct, getattr(res, "invariant", None),
+                                     len(res.trace or []), found.states, found.violation,
+                                     getattr(res, "error", "") or ""))
+    return out
+
+
+def slots_table(outcomes: list[SlotConfigOutcome]) -> Table:
+    t = Table("config", "expected violated", "TLC", "TLC states", "model states", "trace (steps)", "ok",
+              title="TLC and the model on tla/slots (the slot-flag protocol)", title_justify="left")
+    for o in outcomes:
+        steps = "-" if not o.model_violation else f"{len(o.model_violation[2])} (TLC {o.tlc_trace_states - 1})"
+        t.add_row(o.config.name.removesuffix(".cfg"), " ".join(o.config.expected) or "none",
+                  o.status + (f" {o.invariant}" if o.invariant else ""), str(o.distinct if o.distinct is not None
+                                                                        else "-"),
+                  str(o.model_states), steps, "[green]yes[/]" if o.ok else "[bold red]NO[/]")
+    return t
+
+
+def write_slots(outcomes: list[SlotConfigOutcome], report_dir: Path) -> Path:
+    path = report_dir / "model-slots.json"
+    path.write_text(json.dumps({**header(SLOTS_SCHEMA, "model"), "ok": all(o.ok for o in outcomes),
+                                "configs": [o.to_json() for o in outcomes]}, indent=1) + "\n")
+    return path

@@ -67,3 +67,26 @@ def test_bad_configs_are_refused():
         explore(Config(2, 2, 3), limit=10)
     assert {p.id for p in PROPERTIES} == {"NRR", "FIFO", "PROG", "LIVE", "DISJ", "FALLBACK", "CONFORMANCE"}
     assert "publish_first" in FAULTS
+
+
+def test_weak_store_orders_what_the_fences_buy():
+    """TSO (x86) holds with vLLM's one fence and with none; under PSO (ARM,
+    POWER) no fence reads an unwritten slot, vLLM's fence still lets the next
+    claim drain after the flag reset (a message read twice), and impl's two
+    fences (after the claim as well) hold."""
+    assert explore(Config(2, 2, 3, memory="tso")).violation is None
+    assert explore(Config(2, 2, 3, memory="tso", fences=frozenset())).violation is None
+    prop, msg, trace = explore(Config(1, 1, 2, memory="pso", fences=frozenset())).violation
+    assert prop == "FIFO" and "[-1]" in msg and len(trace) == 9 and "writer drain w[0]=1" in trace
+    prop, msg, trace = explore(Config(1, 1, 2, memory="pso")).violation
+    assert prop == "FIFO" and msg == "r1 received [0, 0], not [0, 1]" and len(trace) == 22
+    second = trace[trace.index("r1 release"):]
+    # the second claim is still buffered when the flag reset drains, and the reader reads again
+    assert second[1:5] == ["writer claim", "writer copy_begin", "writer copy_end", "writer reset_flags"]
+    assert second[-3:] == ["writer drain d[0,0]=0", "r1 acquire", "r1 read"]
+    hardened = Config(2, 2, 3, memory="pso", fences=frozenset({"claim", "publish"}))
+    assert explore(hardened).violation is None and explore(hardened).states == 992
+    with pytest.raises(ValueError, match="unknown memory order"):
+        Config(memory="arm")
+    with pytest.raises(ValueError, match="unknown fence"):
+        Config(fences=frozenset({"read"}))
