@@ -89,9 +89,13 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     shard = validate_units(profile, seed, seeds, workers, shard, example_db,
                            contract if isinstance(contract, (str, Path)) else None)
     loaded = protocols.load(target) if isinstance(target, str) else target
-    modes = protocols.protocol_of(loaded).concurrency_modes
+    protocol = protocols.protocol_of(loaded)
+    modes = protocol.concurrency_modes
     if concurrency is not None and concurrency not in modes:
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)})")
+    if protocol.name in ("arena", "queue") and (writer_lock or start_method != "fork"):
+        raise UsageError(f"the {protocol.name} protocol's campaigns build the writer and readers in one process "
+                         "(and fork one reader for the fault scenario): --writer-lock and --start-method do not apply")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
     loaded, config, judged_by = _with_contract(loaded, config, contract)
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,

@@ -419,7 +419,8 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
     for i, (label, versions, target, sha, model_profile, dirname, writer_lock) in enumerate(cells):
         if on_cell:
             on_cell(i, len(cells), label, target)
-        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency, env, writer_lock, mp.columns)
+        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency if mp.name == "ringbuffer" else None,
+                        env, writer_lock, mp.columns)
         has_report = (report_dir / dirname / "report.json").is_file()
         row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
                "model_profile": model_profile,
@@ -593,7 +594,7 @@ def main(args, console, err) -> int:
 
         concurrency = args.concurrency or GATE_PROFILES[args.profile].concurrency
         if res.protocol.name != "ringbuffer":
-            concurrency = None  # the slot protocols run lockstep only (their gate's own choice)
+            concurrency = "off"  # the slot protocols' only mode (lockstep and the fault scenario)
         out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
                          started, on_cell, on_done)
     out.seconds = time.monotonic() - t0  # the whole run, fetching included

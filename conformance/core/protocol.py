@@ -103,6 +103,10 @@ class StoreProtocol:
     ``shmspec properties``; a property's ``checkers`` name these."""
     stated_in: str = ""
     """Where the property registry is (``module:name``)."""
+    why: dict[str, str] = {}
+    """Property id -> how a store comes to allow its violation (report.html's
+    "Why the store allowed it" paragraph); the ring buffer's are the
+    reporting layer's own."""
 
     @property
     def property_ids(self) -> tuple[str, ...]:

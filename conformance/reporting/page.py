@@ -113,7 +113,7 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
             parts.append("<p class='payloads'>Payloads as text: " + "; ".join(
                 f"<code>{e(raw)}</code> = <code>{e(text)}</code>" for raw, text in payloads) + "</p>")
         parts.append(lanes_table(v, step, f"V{i}"))
-        why = why_text(v.property)
+        why = why_text(v.property, v.protocol)
         if why:
             parts.append(f"<p class='why'><strong>Why the store allowed it.</strong> {e(why)} The marked step is "
                          f"where this run's target did so.</p>")
@@ -162,10 +162,19 @@ def lanes_table(v: Violation, broken: dict | None, anchor: str = "V") -> str:
     return "".join(rows)
 
 
-def why_text(prop: str) -> str | None:
+def why_text(prop: str, protocol: str = "ringbuffer") -> str | None:
     """How a store comes to allow a violation of ``prop``: the mechanism
     behind this property's counterexamples on the stores shmspec has judged
-    (docs/semantics.md, docs/matrix.md); None for a property of another protocol."""
+    (docs/semantics.md, docs/matrix.md).  Another protocol's come from its
+    ``why`` attribute (:class:`~shmspec.conformance.core.protocol.StoreProtocol`);
+    None when it has none for ``prop``."""
+    if protocol != "ringbuffer":
+        from .. import protocols
+
+        try:
+            return dict(getattr(protocols.get(protocol), "why", {}) or {}).get(prop)
+        except Exception:  # noqa: BLE001 - a protocol no longer registered: no paragraph
+            return None
     return WHY.get(prop)
 
 

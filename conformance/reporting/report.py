@@ -395,11 +395,12 @@ def repro_source(result: GateResult, target_source: str | None) -> str:
         for i, v in enumerate(result.violations, 1)
     ]
     target = result.target
+    other = "file:patched_store.py" if result.protocol == "ringbuffer" else f"{result.protocol}:file:patched_store.py"
     return f'''"""Replays the shrunk counterexamples of a shmspec gate run.
 
 Target: {target}   model profile: {result.model_profile}   gate profile: {result.profile}   seed: {result.seed_text}
 Run:    python -m pytest repro_test.py   (any Python with shmspec installed)
-        SHMSPEC_TARGET=file:patched_store.py python -m pytest repro_test.py
+        SHMSPEC_TARGET={other} python -m pytest repro_test.py
         (another target: a patched store, or the same file on another machine)
 Each test replays one violation's steps against the target (lockstep calls on
 the model and the target, or the exact schedule of writer and reader

@@ -31,10 +31,39 @@ _SEVERITY = {"NRR": 1, "DISJ": 2, "FIFO": 3, "FALLBACK": 4, "PROG": 5, "LIVE": 6
 _ARENA_ONLY = frozenset({"FALLBACK", "DISJ"})
 
 
+_STATEMENT = {("arena", "LIVE"): "the arena's writer never blocks: with no free slot it falls back",
+              ("queue", "LIVE"): "every wait of the queue is bounded by its timeout"}
+
+WHY: dict[tuple[str, str], str] = {
+    ("arena", "NRR"): "The writer's free check let it reuse a slot some reader had not released (its done flag "
+                      "was unset, or the flags it read were stale), or a reader's release came before its last view "
+                      "of the slot was dropped. The slot was rewritten under a view still in use.",
+    ("queue", "NRR"): "The writer claimed its next chunk while a reader had not released it (or a reader released "
+                      "before its block ended), and rewrote the chunk under that reader.",
+    ("arena", "FIFO"): "A reader's view was refused, or named a slot that no longer held its message.",
+    ("queue", "FIFO"): "A reader found its chunk readable although it held no new message for it: the chunk was "
+                       "published after a failed write, its flags were reset before the claim, or the reader's ring "
+                       "position did not move on after its read (the message is read again).",
+    ("arena", "PROG"): "The writer fell back although a slot was free (every reader had released it): its probe did "
+                       "not look at every slot, or a release never reached the flags.",
+    ("queue", "PROG"): "A chunk stayed unreleased after its reader left the block, typically because the release is "
+                       "not in a finally clause: a caller exception in acquire_read skips it (vLLM before #45224), "
+                       "and the writer waits on that chunk.",
+    ("arena", "FALLBACK"): "The writer wrote a message over the slot size, or changed the arena's flags on a path "
+                           "that then fell back.",
+    ("arena", "DISJ"): "A write's copy went past its slot, into the next slot or a metadata row.",
+    ("arena", "LIVE"): "A call of the arena did not return within its bound.",
+    ("queue", "LIVE"): "The release's acquire_write/acquire_read take no timeout, so a wait on a slot that is never "
+                       "released never ends (the harness stops it at its first sleep).",
+}
+"""Why-paragraphs of report.html, per (protocol, property)."""
+
+
 def _registry(kind: str) -> tuple[Property, ...]:
     props = [p for p in SLOT_PROPERTIES if kind == "arena" or p.id not in _ARENA_ONLY]
     props.sort(key=lambda p: _SEVERITY[p.id])
-    return tuple(Property(p.id, p.statement, _SEVERITY[p.id], p.kind, frozenset({"lockstep"})) for p in props)
+    return tuple(Property(p.id, _STATEMENT.get((kind, p.id), p.statement), _SEVERITY[p.id], p.kind,
+                          frozenset({"lockstep"})) for p in props)
 
 
 class SlotProtocol(StoreProtocol):
@@ -56,6 +85,7 @@ class SlotProtocol(StoreProtocol):
                         ("put", "begin_write", "end_write", "abort_write", "get", "begin_read", "end_read",
                          "abort_read"))
         self.tla_dir = paths.tla_dir() / "slots"
+        self.why = {prop: text for (k, prop), text in WHY.items() if k == kind}
 
     def base_campaigns(self) -> tuple[Any, ...]:
         from .campaigns import campaigns_for
@@ -79,11 +109,18 @@ class SlotProtocol(StoreProtocol):
         return Construction(False, "one-process", config.n_readers)  # campaigns.ONE_PROCESS
 
     def replay(self, target_spec: str, case: dict[str, Any]) -> str | None:
-        if case.get("concurrency", "off") != "off":
-            raise UsageError(f"the {self.kind} protocol has no concurrency {case['concurrency']!r}")
+        mode = case.get("concurrency", "off")
+        if mode not in ("off", "faults"):
+            raise UsageError(f"the {self.kind} protocol has no concurrency {mode!r}")
         from ...lockstep.session import Call, PropertyViolation
         from .. import load as load_any
         from .session import session_for
+
+        if mode == "faults":  # the process-fault scenario is deterministic: run it again
+            from .faults import run_scenario
+
+            _, exc = run_scenario(load_any(target_spec), config_from_json(case["config"]))
+            return None if exc is None else f"{exc.prop}: {exc.message}"
 
         session = session_for(load_any(target_spec), config_from_json(case["config"]))
         calls = case.get("calls") or [{k: s[k] for k in ("process", "action", "args")} for s in case["steps"]]

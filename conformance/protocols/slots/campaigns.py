@@ -38,9 +38,13 @@ class SlotCampaign:
     deviations: bool = False
 
 
+FAULT_CHECKS = frozenset({"LIVE", "NRR", "FIFO", "PROG"})
+
+
 def campaigns_for(kind: str) -> tuple[SlotCampaign, ...]:
     checks = ARENA_CHECKS if kind == "arena" else QUEUE_CHECKS
-    return (SlotCampaign("lockstep", checks), SlotCampaign("deviations", checks, deviations=True))
+    return (SlotCampaign("lockstep", checks), SlotCampaign("deviations", checks, deviations=True),
+            SlotCampaign("faults", FAULT_CHECKS, mode="faults"))
 
 
 SIZES = st.sampled_from([1, SLOT_BYTES - 1, SLOT_BYTES, SLOT_BYTES + 1]) | st.integers(1, SLOT_BYTES + 2)
@@ -186,11 +190,37 @@ def queue_machine(target, config: SessionConfig, deviations: bool) -> type:
 
 
 def run_campaign(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
+    if campaign.mode == "faults":
+        return _run_faults(ctx, campaign, res)
     make = arena_machine if ctx.target.kind == "arena" else queue_machine
     # the construction these campaigns check, recorded in every finding's config (replay builds the same)
     base = replace(ctx.config, start_method=ONE_PROCESS)
     return ctx.run_rounds(res, lambda config: make(ctx.target, config, campaign.deviations),
                           ctx.profile.max_examples, ctx.profile.step_count, base=base)
+
+
+def _run_faults(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
+    """The process-fault scenario (:mod:`.faults`): a reader killed holding a slot."""
+    import time
+
+    from ...core.config import config_to_json
+    from ...core.results import Violation
+    from .faults import run_scenario
+
+    config = replace(ctx.config, start_method=ONE_PROCESS)
+    t0 = time.monotonic()
+    try:
+        trace, exc = run_scenario(ctx.target, config)
+    except Exception as e:  # noqa: BLE001 - the scenario could not run: an error, never a pass
+        res.error = f"{type(e).__name__}: {e}"
+        return res
+    res.examples, res.steps, res.completed = 1, len(trace), True
+    if exc is not None:
+        res.violations.append(Violation(exc.prop, exc.message, campaign.name, 0, [s.to_json() for s in exc.steps],
+                                        config_to_json(config), exc, concurrency="faults",
+                                        detected_seconds=t0, detected_steps=len(exc.steps),
+                                        occurrence=ctx.found.record(exc) if ctx.found is not None else 1))
+    return res
 
 
 __all__ = ["ARENA_CHECKS", "QUEUE_CHECKS", "SlotCampaign", "arena_machine", "campaigns_for", "queue_machine",

@@ -208,9 +208,12 @@ class ArenaSession(_Session):
                     expected = observed = "no view held"
             else:  # flush
                 released = self.model.flush(r)
+                before = self.driver.rows()
                 self.driver.flush(r)
+                after = self.driver.rows()
                 expected = f"slots {released} released" if released else "nothing to release"
-                observed = "flushed"
+                got = [i for i in range(SLOTS) if after[i][1 + r] and not before[i][1 + r]]
+                observed = f"slots {got} released" if got else "nothing released"
         self._views_check(out)
         changed = self._rows_check(out)
         return self._finish(call, expected, observed, out, t0, changed)
@@ -317,8 +320,12 @@ class QueueSession(_Session):
                 if got and act == "get":
                     self._end_read(r, raised=False, out=out)
             else:  # end_read, abort_read
+                slot = self.model.r_idx(r)
                 self._end_read(r, raised=act == "abort_read", out=out)
-                expected = observed = "released" + (" (the caller raised)" if act == "abort_read" else "")
+                why = " (the caller raised)" if act == "abort_read" else ""
+                expected = f"slot {slot} released{why}"
+                observed = (f"slot {slot} released" if self.driver.rows()[slot][1 + r] else
+                            f"slot {slot} NOT released (its flag still 0)")
         self._holds_check(out)
         if self.driver.unbounded_waits:
             self.driver.unbounded_waits = 0

@@ -38,8 +38,8 @@ def test_impl_passes_every_property_of_its_protocol(kind, tmp_path):
     assert result.verdict == "pass" and result.protocol == kind
     want = {"NRR", "FIFO", "PROG", "LIVE", "CONFORMANCE"} | ({"DISJ", "FALLBACK"} if kind == "arena" else set())
     assert result.properties == {p: "pass" for p in want}
-    assert [c.name for c in result.campaigns] == ["lockstep", "deviations"]
-    assert all(c.examples >= 100 and c.completed for c in result.campaigns)
+    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults"]
+    assert all(c.examples >= 100 and c.completed for c in result.campaigns[:2]) and result.campaigns[2].completed
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["construction"]["name"] == "writer and 2 readers in one process"
     assert data["target"] == f"{kind}:impl" and data["protocol"] == kind
@@ -192,3 +192,28 @@ def test_the_cli_checks_a_slot_target_and_lists_its_faults(tmp_path, capsys):
     assert "9 seeded faults" in out and "arena_spill" in out and "queue_no_wait" not in out
     assert main(["check", "--target", "arena:nope", "--report-dir", str(tmp_path / "e")]) == 2
     assert "unknown arena target 'nope'" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind", ["arena", "queue"])
+def test_a_reader_killed_holding_a_slot_never_blocks_the_writer_and_is_named(kind):
+    from shmspec.conformance.protocols.slots.faults import run_scenario
+
+    trace, exc = run_scenario(protocols.load(f"{kind}:impl"), SessionConfig())
+    assert exc is None
+    assert [s.action for s in trace[1:3]] == (["view", "killed"] if kind == "arena" else ["begin_read", "killed"])
+    assert trace[2].observed == "exit -9"
+    last_writes = [s for s in trace if s.process == "writer"][-2:]
+    # the dead reader holds every slot now: the arena falls back, the queue's writer times out; both name r1
+    assert all(("fallback" if kind == "arena" else "timeout") in s.observed for s in last_writes)
+    assert all("r1" in s.expected for s in last_writes)
+
+
+def test_the_fault_scenario_finds_a_store_that_reuses_the_dead_readers_slot():
+    from shmspec.conformance.protocols.slots.faults import run_scenario
+
+    fault = slot_mutants.faults(["queue_no_wait"])[0]
+    _, exc = run_scenario(protocols.load(fault.target), SessionConfig())
+    assert exc is not None and exc.prop == "NRR" and "while r1" in exc.message
+    fault = slot_mutants.faults(["arena_any_reader"])[0]
+    _, exc = run_scenario(protocols.load(fault.target), SessionConfig())
+    assert exc is not None and exc.prop == "NRR" and "slot 0 rewritten while r1" in exc.message
