@@ -310,9 +310,12 @@ class QueueSession(_Session):
         elif act == "end_write":
             expected, observed = self._end_write(a["size"], a["seed"])
         elif act == "abort_write":
+            slot = self.model.w_idx
             self.driver.end("w", raised=True)
             self.model.abort_write()
-            expected = observed = "block left by an exception (slot stays unpublished)"
+            expected = f"slot {slot} left unpublished (the caller raised)"
+            observed = (f"slot {slot} PUBLISHED" if self.driver.rows()[slot][0] else
+                        f"slot {slot} left unpublished")
         else:
             r = a["reader"]
             if act in ("get", "begin_read"):
