@@ -13,7 +13,7 @@ fences.  A reader reads a slot that is written and not done by it, then
 sets its own flag (the release).
 
 What is hardened against vLLM 0.33.0 (each backed by a test in
-``tests/impl/test_slots.py``):
+``tests/impl/test_impl_slots.py``):
 
 * the arena's stub carries the slot's generation; :meth:`SlotArena.view`
   refuses (:class:`~shmspec.model.errors.StaleSlot`) a stub whose slot was

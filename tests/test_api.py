@@ -31,6 +31,7 @@ NOT_HARNESS_ERRORS = {
     "PropertyViolation": "a finding, raised inside Hypothesis's test as an AssertionError; never escapes the gate",
     "InjectedInterrupt": "a BaseException the exception campaign injects into a target at a yield point",
     "_CallerError": "the caller's failure a slot session raises inside a queue block; caught at the block's exit",
+    "WouldWait": "raised inside an old vLLM queue's wait (no timeout) to stop it; the slot driver catches it",
 }
 
 

@@ -52,7 +52,7 @@ def test_the_wheel_carries_the_spec_the_faults_and_the_plugin(wheel):
     assert {n for n in names if n.startswith("shmspec/tla/slots/")} == {
         f"shmspec/tla/slots/{p.name}" for p in (ROOT / "tla" / "slots").iterdir() if p.suffix in (".tla", ".cfg")}
     assert len([n for n in names if n.startswith("shmspec/conformance/mutants/")]) == len(
-        list((ROOT / "conformance" / "mutants").glob("*.py")))
+        list((ROOT / "conformance" / "mutants").rglob("*.py")))  # the slot protocols' faults in mutants/slots/ too
     entry = zipfile.ZipFile(wheel).read(next(n for n in names if n.endswith("entry_points.txt"))).decode()
     assert "[pytest11]\nshmspec = shmspec.conformance.pytest_plugin" in entry
 
