@@ -38,21 +38,26 @@ WHY: dict[tuple[str, str], str] = {
     ("arena", "NRR"): "The writer's free check let it reuse a slot some reader had not released (its done flag "
                       "was unset, or the flags it read were stale), or a reader's release came before its last view "
                       "of the slot was dropped. The slot was rewritten under a view still in use.",
-    ("queue", "NRR"): "The writer claimed its next chunk while a reader had not released it (or a reader released "
-                      "before its block ended), and rewrote the chunk under that reader.",
+    ("queue", "NRR"): "The writer claimed its next slot while a reader had not released it (or a reader released "
+                      "before its block ended), and rewrote the slot under that reader.",
     ("arena", "FIFO"): "A reader's view was refused, or named a slot that no longer held its message.",
-    ("queue", "FIFO"): "A reader found its chunk readable although it held no new message for it: the chunk was "
+    ("queue", "FIFO"): "A reader found its slot readable although it held no new message for it: the slot was "
                        "published after a failed write, its flags were reset before the claim, or the reader's ring "
                        "position did not move on after its read (the message is read again).",
     ("arena", "PROG"): "The writer fell back although a slot was free (every reader had released it): its probe did "
                        "not look at every slot, or a release never reached the flags.",
-    ("queue", "PROG"): "A chunk stayed unreleased after its reader left the block, typically because the release is "
+    ("queue", "PROG"): "A slot stayed unreleased after its reader left the block, typically because the release is "
                        "not in a finally clause: a caller exception in acquire_read skips it (vLLM before #45224), "
-                       "and the writer waits on that chunk.",
+                       "and the writer waits on that slot.",
     ("arena", "FALLBACK"): "The writer wrote a message over the slot size, or changed the arena's flags on a path "
                            "that then fell back.",
     ("arena", "DISJ"): "A write's copy went past its slot, into the next slot or a metadata row.",
     ("arena", "LIVE"): "A call of the arena did not return within its bound.",
+    ("arena", "CONFORMANCE"): "The arena's metadata rows differ from the ones its clients' calls imply: a flag was "
+                              "set, reset or left that the protocol would not.",
+    ("queue", "CONFORMANCE"): "The ring's metadata rows differ from the ones its clients' calls imply: a flag was "
+                              "set, reset or left that the protocol would not (often the first sign of the PROG or "
+                              "FIFO finding beside it).",
     ("queue", "LIVE"): "The release's acquire_write/acquire_read take no timeout, so a wait on a slot that is never "
                        "released never ends (the harness stops it at its first sleep).",
 }
