@@ -38,7 +38,6 @@ from shmspec.model.properties import DESCRIPTIONS, PROPERTY_IDS  # noqa: F401 - 
 
 from ..core import interrupt
 from ..core.config import SessionConfig, config_from_json, config_to_json
-
 from ..core.protocol import CampaignContext, CampaignLike
 from ..core.results import ALL_PROPERTIES, CampaignResult, GateResult, Violation
 from ..lockstep.session import Call, PropertyViolation
