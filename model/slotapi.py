@@ -142,7 +142,6 @@ class QueueModel(_Ledger):
     """Per reader: how many messages it has consumed (its next is that id)."""
     claimed: set[int] = field(default_factory=set)
     """Slots whose ``written`` the writer cleared (its claim) and has not published since."""
-    writing: bool = False
 
     def __post_init__(self):
         super().__post_init__()
@@ -162,7 +161,6 @@ class QueueModel(_Ledger):
         return self.free(self.w_idx)
 
     def begin_write(self) -> None:
-        self.writing = True
         self.claimed.add(self.w_idx)
 
     def end_write(self, data: bytes) -> int:
@@ -171,13 +169,12 @@ class QueueModel(_Ledger):
         self.content[self.w_idx] = msg
         self.sent.append(data)
         self.released.append(set())
-        self.writing = False
         return msg
 
     def abort_write(self) -> None:
         """The writer's caller raised inside the block: the slot stays claimed
-        (unwritten), the ring does not move (vLLM 0.33.0; impl likewise)."""
-        self.writing = False
+        (unwritten), the ring does not move (vLLM 0.33.0; impl likewise).
+        Nothing to record: the claim stays in :attr:`claimed`."""
 
     def expected_read(self, r: int) -> int | None:
         """The message id reader ``r`` reads next (None: none published for it)."""

@@ -36,8 +36,7 @@ from ..core.documents import header
 from ..core.errors import ExitCode
 from ..mutants import Fault
 from ..reporting.report import save_console_html, write_report
-from ..runner.gate import DEFAULT_CAMPAIGNS, GATE_PROFILES, GateResult, run_gate, seed_only
-from ..targets.loader import load_file
+from ..runner.gate import GATE_PROFILES, GateResult, run_gate, seed_only
 
 SCHEMA = "shmspec.mutants/1"
 
@@ -147,23 +146,20 @@ _seed_only = seed_only  # the gate switches the pool off itself now; kept for ca
 
 
 def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
-              on_progress: Callable[[str, int, int], None] | None = None, campaigns=DEFAULT_CAMPAIGNS,
+              on_progress: Callable[[str, int, int], None] | None = None, campaigns=None,
               concurrency: str | None = None, started: str | None = None) -> FaultOutcome:
     """Run the gate on one fault in this process and, when ``report_dir`` is
     given, write its gate report there (``report.json``, ``report.html``,
-    ``repro_test.py``).  A fault that cannot be loaded is an outcome with
-    ``error`` set (not caught)."""
+    ``repro_test.py``).  The fault is loaded by its target string
+    (:attr:`Fault.target`, through its protocol); ``campaigns`` None runs
+    that protocol's own (the ring buffer's: ``DEFAULT_CAMPAIGNS``).  A fault
+    that cannot be loaded is an outcome with ``error`` set (not caught)."""
+    from .. import protocols
     from ..targets.loader import TargetError
 
     t0 = time.monotonic()
     try:
-        if fault.kind:  # a slot protocol's fault: its own target form and campaigns
-            from .. import protocols
-
-            target = protocols.load(fault.target)
-            campaigns = None if tuple(campaigns) == tuple(DEFAULT_CAMPAIGNS) else campaigns
-        else:
-            target = load_file(fault.path)
+        target = protocols.load(fault.target)
     except TargetError as exc:
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
     with _seed_only():
@@ -202,7 +198,7 @@ def _child(queue, fault: Fault, gate_profile, seed: int | None, report_dir: Path
 
 
 def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path | None, started: str,
-                  on_progress: Callable[[str, int, int], None] | None, campaigns=DEFAULT_CAMPAIGNS,
+                  on_progress: Callable[[str, int, int], None] | None, campaigns=None,
                   concurrency: str | None = None) -> dict[str, Any]:
     """:func:`run_fault` in a fresh (spawned) process, so no fault's gate run
     shares interpreter state with another's: each row is what ``shmspec check
@@ -214,7 +210,8 @@ def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_child, args=(q, fault, GATE_PROFILES[profile], seed, report_dir, started,
-                                            tuple(campaigns), concurrency), daemon=True)
+                                            None if campaigns is None else tuple(campaigns), concurrency),
+                       daemon=True)
     proc.start()
     try:
         while True:
@@ -244,7 +241,7 @@ def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = Non
                 on_fault: Callable[[int, Fault], None] | None = None,
                 on_progress: Callable[[str, int, int], None] | None = None,
                 on_done: Callable[[dict[str, Any]], None] | None = None,
-                campaigns=DEFAULT_CAMPAIGNS, concurrency: str | None = None, started: str = "",
+                campaigns=None, concurrency: str | None = None, started: str = "",
                 isolate: bool = False) -> MutantsResult:
     """Run the gate on each fault in turn (sequentially: every gate already
     uses the machine's cores for its reader processes).  ``on_fault(i, fault)``

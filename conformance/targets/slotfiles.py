@@ -354,8 +354,7 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> S
                 if k not in before or sys.modules[k] is not before[k]:
                     del sys.modules[k]
             sys.modules.update(before)
-    queue = "MessageQueue" if hasattr(b, "MessageQueue") or not hasattr(b, "ShmRingBufferIO") else "ShmRingBufferIO"
-    for mod, cls in ((b, "ShmRingBuffer"), (b, queue), (a, "ShmTensorArena")):
+    for mod, cls in ((b, "ShmRingBuffer"), (b, _queue_class(b)), (a, "ShmTensorArena")):
         if mod is not None and not isinstance(getattr(mod, cls, None), type):
             raise TargetError(f"{mod.__file__} does not define {cls}")
     return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None)
@@ -407,9 +406,14 @@ def has_timeouts(files: SlotFiles) -> bool:
     return "timeout" in inspect.signature(cls.acquire_write).parameters
 
 
+def _queue_class(broadcast: ModuleType) -> str:
+    return "ShmRingBufferIO" if hasattr(broadcast, "ShmRingBufferIO") and not hasattr(broadcast, "MessageQueue") \
+        else "MessageQueue"
+
+
 def queue_api(files: SlotFiles) -> str:
-    """``"MessageQueue"`` (vLLM >= 0.6.5) or ``"ShmRingBufferIO"`` (0.5.1 - 0.6.4: no timeouts)."""
-    return "MessageQueue" if hasattr(files.broadcast, "MessageQueue") else "ShmRingBufferIO"
+    """``"MessageQueue"`` (vLLM >= 0.5.2) or ``"ShmRingBufferIO"`` (0.5.1)."""
+    return _queue_class(files.broadcast)
 
 
 def queue_writer(files: SlotFiles, n_reader: int, chunk_bytes: int, n_chunks: int) -> Any:

@@ -61,11 +61,9 @@ class _Session:
         self.trace: list[Step] = []
 
     def close(self) -> None:
-        self._drop_views()
+        for views in self.held:  # in place, before the stores close: a traceback being handled may name these lists
+            views.clear()
         self.driver.close()
-
-    def _drop_views(self) -> None:
-        pass
 
     def _rows_check(self, out: list[tuple[str, str]]) -> dict[str, Any]:
         rows = self.driver.rows()
@@ -104,10 +102,6 @@ class ArenaSession(_Session):
         super().__init__(target, config)
         self.model = ArenaModel(self.readers, SLOTS, slot_bytes=SLOT_BYTES)
         self.stubs: list[Any] = []
-
-    def _drop_views(self) -> None:
-        for views in self.held:  # in place: a traceback being handled may still name these lists
-            views.clear()
 
     def _views_check(self, out: list[tuple[str, str]]) -> None:
         for r, views in enumerate(self.held):

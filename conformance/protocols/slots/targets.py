@@ -46,11 +46,8 @@ class SlotTarget:
     files: Any = None
     source: Path | None = None
     contract: Any = None
-    profile: Any = field(default_factory=lambda: SimpleNamespace(name="slots"))
-
-    def __post_init__(self):
-        # the contract the model encodes: docs/slots.md, read from vLLM 0.33.0
-        self.profile = SimpleNamespace(name="slots-0.33")
+    # the contract the model encodes: docs/slots.md, read from vLLM 0.33.0
+    profile: Any = field(default_factory=lambda: SimpleNamespace(name="slots-0.33"))
 
     @property
     def protocol(self) -> str:
@@ -125,11 +122,37 @@ def _load_impl_file(path: Path, kind: str) -> Any:
 
 # ---- drivers ------------------------------------------------------------------------
 
-class ArenaDriver:
-    """One arena: a writer and ``readers`` readers (this process)."""
+class _Driver:
+    """What both drivers share: the geometry, the metadata rows read from the
+    writer's segment, and closing impl's stores (vLLM's close in ``__del__``)."""
+
+    w: Any
+    r: list[Any]
 
     def __init__(self, target: SlotTarget, readers: int, slots: int, slot_bytes: int):
         self.target, self.readers, self.slots, self.slot_bytes = target, readers, slots, slot_bytes
+
+    def _buf(self) -> memoryview:
+        raise NotImplementedError
+
+    def rows(self) -> list[bytes]:
+        """Every slot's flags ``[written, done_0, ...]`` as the segment holds them."""
+        m = self.slot_bytes * self.slots
+        buf, size = self._buf(), 1 + self.readers
+        return [bytes(buf[m + i * size:m + (i + 1) * size]) for i in range(self.slots)]
+
+    def close(self) -> None:
+        if self.target.origin == "impl":
+            for s in [*self.r, self.w]:
+                s.close()
+        self.r, self.w = [], None  # vLLM's __del__ closes (and the writer unlinks)
+
+
+class ArenaDriver(_Driver):
+    """One arena: a writer and ``readers`` readers (this process)."""
+
+    def __init__(self, target: SlotTarget, readers: int, slots: int, slot_bytes: int):
+        super().__init__(target, readers, slots, slot_bytes)
         if target.origin == "impl":
             SlotArena = _impl(target).SlotArena
 
@@ -166,30 +189,19 @@ class ArenaDriver:
     def flush(self, r: int) -> None:
         self.r[r].flush_releases()
 
-    def _buf(self):
+    def _buf(self) -> memoryview:
         return self.w.buf if self.target.origin == "impl" else self.w.shared_memory.buf
-
-    def rows(self) -> list[bytes]:
-        m = self.slot_bytes * self.slots
-        buf, size = self._buf(), 1 + self.readers
-        return [bytes(buf[m + i * size:m + (i + 1) * size]) for i in range(self.slots)]
 
     def slot_data(self, i: int, n: int) -> bytes:
         return bytes(self._buf()[i * self.slot_bytes:i * self.slot_bytes + n])
 
-    def close(self) -> None:
-        if self.target.origin == "impl":
-            for s in [*self.r, self.w]:
-                s.close()
-        self.r, self.w = [], None  # vLLM's __del__ closes (and the writer unlinks)
 
-
-class QueueDriver:
+class QueueDriver(_Driver):
     """One queue ring: a writer and ``readers`` readers (this process); a
     block (``acquire_write``/``acquire_read``) stays open between calls."""
 
     def __init__(self, target: SlotTarget, readers: int, slots: int, slot_bytes: int):
-        self.target, self.readers, self.slots, self.slot_bytes = target, readers, slots, slot_bytes
+        super().__init__(target, readers, slots, slot_bytes)
         self.open: dict[Any, tuple[Any, memoryview]] = {}  # "w" or reader -> (context manager, its buffer)
         if target.origin == "impl":
             SlotQueue = _impl(target).SlotQueue
@@ -240,17 +252,8 @@ class QueueDriver:
         except _CallerError:
             pass
 
-    def _buf(self):
+    def _buf(self) -> memoryview:
         return self.w.buf if self.target.origin == "impl" else self.w.buffer.shared_memory.buf
-
-    def indices(self) -> tuple[int, list[int]]:
-        """The writer's and each reader's ``current_idx`` (vLLM's and ours keep it in the process)."""
-        return self.w.current_idx, [r.current_idx for r in self.r]
-
-    def rows(self) -> list[bytes]:
-        m = self.slot_bytes * self.slots
-        buf, size = self._buf(), 1 + self.readers
-        return [bytes(buf[m + i * size:m + (i + 1) * size]) for i in range(self.slots)]
 
     def close(self) -> None:
         for who in list(self.open):
@@ -258,10 +261,7 @@ class QueueDriver:
                 self.end(who, raised=True)
             except Exception:  # noqa: BLE001 - closing a half-run session
                 pass
-        if self.target.origin == "impl":
-            for s in [*self.r, self.w]:
-                s.close()
-        self.r, self.w = [], None
+        super().close()
 
 
 def _impl(target: SlotTarget) -> Any:
