@@ -279,8 +279,9 @@ class SlotTimeout(StoreError, TimeoutError):
 
     kind = "SlotTimeout"
 
-    def __init__(self, role: str, slot: int, seconds: float):
-        super().__init__(f"The {role} waited {seconds:g} s for slot {slot}")
+    def __init__(self, role: str, slot: int, seconds: float, detail: str = ""):
+        super().__init__(f"The {role} waited {seconds:g} s for slot {slot}" + (f": {detail}" if detail else ""))
+        self.detail = detail
         self.role = role
         self.slot = slot
         self.seconds = seconds

@@ -93,9 +93,11 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     modes = protocol.concurrency_modes
     if concurrency is not None and concurrency not in modes:
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)})")
-    if protocol.name in ("arena", "queue") and (writer_lock or start_method != "fork"):
-        raise UsageError(f"the {protocol.name} protocol's campaigns build the writer and readers in one process "
-                         "(and fork one reader for the fault scenario): --writer-lock and --start-method do not apply")
+    if protocol.name in ("arena", "queue") and writer_lock:
+        raise UsageError(f"the {protocol.name} protocol has no readers' lock: --writer-lock does not apply")
+    if protocol.name == "arena" and start_method != "fork":
+        raise UsageError("the arena's campaigns build the writer and readers in one process (and fork one reader "
+                         "for the fault scenario): --start-method does not apply")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
     loaded, config, judged_by = _with_contract(loaded, config, contract)
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,

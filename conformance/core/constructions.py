@@ -40,12 +40,24 @@ class Construction:
     writer_lock: bool = False
     start_method: str = "fork"
     n_readers: int = 2
+    remote_readers: int = 0
+    """The slot queue's deployed construction: readers over tcp."""
+    deployed: bool = False
+    """The slot queue's deployed construction (docs/slots.md#the-deployed-construction):
+    the writer and every reader a process of its own, built by the store's own
+    constructors, sockets live, messages through ``enqueue``/``dequeue``."""
 
     @property
     def name(self) -> str:
         """``"writer unlocked, 2 forked readers"`` and so on (``start_method``
         ``"one-process"``: the slot protocols' lockstep, writer and readers
         built in the controller's process)."""
+        if self.deployed:
+            method = "forked" if self.start_method == "fork" else "spawned"
+            remote = (f", {self.remote_readers} remote reader{'s' if self.remote_readers != 1 else ''} over tcp"
+                      if self.remote_readers else "")
+            return (f"deployed: writer process, {self.n_readers} {method} local "
+                    f"reader{'s' if self.n_readers != 1 else ''}{remote}; sockets live, enqueue/dequeue")
         if self.start_method == "one-process":
             return f"writer and {self.n_readers} reader{'s' if self.n_readers != 1 else ''} in one process"
         readers = f"{self.n_readers} {'forked' if self.start_method == 'fork' else 'spawned'} " \
@@ -64,12 +76,19 @@ class Construction:
         construction: writer unlocked, readers forked, two of them)."""
         if isinstance(config, SessionConfig):
             return cls(config.writer_lock, config.start_method, config.n_readers)
+        dep = config.get("deployment")
+        if dep:  # a slot queue's deployed run (its readers' start method and counts)
+            return cls(False, str(dep.get("start_method", "fork")), int(dep.get("local", 2)),
+                       int(dep.get("remote", 0)), True)
         return cls(bool(config.get("writer_lock", False)), str(config.get("start_method", "fork")),
                    int(config.get("n_readers", 2)))
 
     def to_json(self) -> dict[str, Any]:
-        return {"name": self.name, "writer_lock": self.writer_lock, "start_method": self.start_method,
-                "n_readers": self.n_readers}
+        out = {"name": self.name, "writer_lock": self.writer_lock, "start_method": self.start_method,
+               "n_readers": self.n_readers}
+        if self.deployed:
+            out.update(deployed=True, remote_readers=self.remote_readers)
+        return out
 
 
 VLLM = Construction()

@@ -96,6 +96,9 @@ class StoreProtocol:
     properties: tuple[Property, ...] = ()
     actions: tuple[str, ...] = ()
     concurrency_modes: tuple[str, ...] = ("off",)
+    default_concurrency: str | None = None
+    """The mode a run uses when the gate profile's default is not one of
+    :attr:`concurrency_modes` (None: ``off``)."""
     tla_dir: Path | None = None
     mutants: str | None = None
     checkers: dict[str, str] = {}

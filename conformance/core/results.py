@@ -173,13 +173,18 @@ class GateResult:
         """Every construction run (``report.json``'s ``constructions``): the
         primary one with the campaigns that ran in it, then each one the
         ``constructions`` campaign ran, with what ran there."""
-        ran = [c.name for c in self.campaigns if c.mode != "constructions" and not c.skipped]
+        own = {c.name: c.rates["construction"] for c in self.campaigns if c.rates.get("construction")}
+        ran = [c.name for c in self.campaigns if c.mode != "constructions" and not c.skipped and c.name not in own]
         # the faults campaign needs a survivor: it always runs two readers
         two = Construction(self.construction.writer_lock, self.construction.start_method, 2)
         apart = [n for n in ran if n == "faults"] if two != self.construction else []
         out = [{**self.construction.to_json(), "primary": True, "campaigns": [n for n in ran if n not in apart]}]
         if apart:
             out.append({**two.to_json(), "primary": False, "campaigns": apart})
+        for name, row in own.items():  # a campaign that ran in a construction of its own (the slot queue's deployed)
+            out.append({**{k: row[k] for k in ("name", "deployed", "writer_lock", "start_method", "n_readers",
+                                               "remote_readers") if k in row},
+                        "primary": False, "campaigns": [name]})
         for c in self.campaigns:
             for row in c.rates.get("constructions", []) if c.mode == "constructions" else []:
                 parts = [k for k in ("preemption", "free_running") if k in row]

@@ -37,6 +37,10 @@ class Fault:
     summary: str
     kind: str = ""
     """The slot protocol it belongs to (``arena``/``queue``, :mod:`.slots`); "" for the ring buffer's."""
+    construction: str = ""
+    """Where it shows (a ``Construction: <name>`` line): ``deployed`` for a
+    fault of the slot queue's deployed paths, which only the deployed
+    construction's campaigns run (docs/slots.md); "" for any."""
 
     @property
     def target(self) -> str:
@@ -51,7 +55,9 @@ def _read(path: Path) -> Fault:
     if m is None:
         raise ValueError(f"{path.name}: no 'Must be caught by: <PROPERTY>' line in its docstring")
     s = _SUMMARY.search(body)
-    return Fault(path.stem, path, m.group(1), s.group(1).replace("``", "") if s else "")
+    c = re.search(r"^Construction:\s*(\S+)", body, re.MULTILINE)
+    return Fault(path.stem, path, m.group(1), s.group(1).replace("``", "") if s else "",
+                 construction=c.group(1) if c else "")
 
 
 def faults(only: list[str] | None = None) -> list[Fault]:

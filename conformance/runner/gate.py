@@ -212,7 +212,8 @@ def concurrency_for(protocol: Any, profile: str, concurrency: str | None) -> str
     """
     if concurrency is None:
         concurrency = GATE_PROFILES[profile].concurrency
-        concurrency = concurrency if concurrency in protocol.concurrency_modes else "off"
+        concurrency = concurrency if concurrency in protocol.concurrency_modes else \
+            getattr(protocol, "default_concurrency", None) or "off"
     if concurrency not in protocol.concurrency_modes:
         raise ValueError(f"unknown concurrency mode {concurrency!r} "
                          f"(choose from {', '.join(protocol.concurrency_modes)})")

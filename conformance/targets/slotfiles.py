@@ -240,8 +240,11 @@ class _PermissiveModule(ModuleType):
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
     """Creates a permissive module for any stand-in root's submodule not given."""
 
+    def __init__(self, roots: tuple[str, ...] = _STANDIN_ROOTS):
+        self.roots = roots
+
     def find_spec(self, fullname, path, target=None):
-        if fullname.split(".")[0] in _STANDIN_ROOTS:
+        if fullname.split(".")[0] in self.roots:
             return importlib.machinery.ModuleSpec(fullname, self, is_package=True)
         return None
 
@@ -324,9 +327,11 @@ def _exec(name: str, path: Path, key: str) -> ModuleType:
     return module
 
 
-def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> SlotFiles:
+def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real: tuple[str, ...] = ()) -> SlotFiles:
     """Execute ``shm_broadcast.py`` (and ``shm_tensor_arena.py``, which
     imports it by its vLLM name) under the stand-ins, in isolation.
+    ``real``: the roots the file gets for real instead (``("zmq",)``: pyzmq,
+    for the deployed construction, :mod:`shmspec.conformance.protocols.slots.deployed`).
 
     Raises:
         TargetError: a file is missing, fails to import, or lacks its class
@@ -337,13 +342,18 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None) -> S
         if not p.is_file():
             raise TargetError(f"target file not found: {p}")
     with _LOAD_LOCK:
+        for r in real:  # imported for good: one copy of pyzmq in the process, the target's and ours
+            importlib.import_module(r)
         before = dict(sys.modules)
-        finder = _StandInFinder()
+        roots = tuple(r for r in _STANDIN_ROOTS if r not in real)
+        finder = _StandInFinder(roots)
         for k in before:  # a real torch/numpy/zmq/vllm in this process is not what the file gets
-            if k.split(".")[0] in _STANDIN_ROOTS:
+            if k.split(".")[0] in roots:
                 del sys.modules[k]
         for k, mod in _stand_ins().items():
-            sys.modules[k] = mod
+            if k.split(".")[0] in roots:
+                sys.modules[k] = mod
+
         sys.meta_path.insert(0, finder)
         try:
             b = _exec(BROADCAST_MODULE, paths[0], "shm_broadcast.py")

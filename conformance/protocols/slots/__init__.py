@@ -74,7 +74,11 @@ def _registry(kind: str) -> tuple[Property, ...]:
 class SlotProtocol(StoreProtocol):
     """One of the two slot-flag protocols (``kind``: ``arena`` or ``queue``)."""
 
-    concurrency_modes = ("off",)
+    concurrency_modes = ("off", "free")
+    default_concurrency = "free"
+    """``free``: after the one-process campaigns, the deployed construction's
+    (:mod:`.deployed`: processes, sockets, ``enqueue``/``dequeue``); ``off``:
+    the one-process campaigns alone."""
     mutants = "shmspec.conformance.mutants.slots"
     checkers = {"lockstep": "shmspec.conformance.protocols.slots.session:_Session.execute"}
     stated_in = "shmspec.model.slots:PROPERTIES"
@@ -97,6 +101,11 @@ class SlotProtocol(StoreProtocol):
 
         return campaigns_for(self.kind)
 
+    def concurrent_campaigns(self, concurrency: str) -> tuple[Any, ...]:
+        from .campaigns import deployed_campaigns
+
+        return deployed_campaigns(self.kind) if concurrency == "free" else ()
+
     def run_campaign(self, ctx: CampaignContext, campaign: Any, res: Any) -> Any:
         from .campaigns import run_campaign
 
@@ -115,6 +124,8 @@ class SlotProtocol(StoreProtocol):
 
     def replay(self, target_spec: str, case: dict[str, Any]) -> str | None:
         mode = case.get("concurrency", "off")
+        if mode == "deployed" or "deployment" in case.get("config", {}):
+            return self._replay_deployed(target_spec, case)
         if mode not in ("off", "faults"):
             raise UsageError(f"the {self.kind} protocol has no concurrency {mode!r}")
         from ...lockstep.session import Call, PropertyViolation
@@ -136,6 +147,24 @@ class SlotProtocol(StoreProtocol):
             return f"{exc.prop}: {exc.message}"
         finally:
             session.close()
+        return None
+
+
+    @staticmethod
+    def _replay_deployed(target_spec: str, case: dict[str, Any]) -> str | None:
+        """Run the case's deployment again and judge it: its first violation
+        of the case's property (any property where the case names none).  A
+        free-running load may interleave otherwise; a fault ends the same way."""
+        from .. import load as load_any
+        from . import deployed
+
+        dep = deployed.Deployment.from_json(case["config"]["deployment"])
+        excused = set(case["config"].get("excused", ()))
+        want = case.get("property")
+        for s in deployed.judge(deployed.run(load_any(target_spec), dep)):
+            for prop, msg in s.violations:
+                if prop not in excused and (want is None or prop == want):
+                    return f"{prop}: step {s.index} ({s.process} {s.action}): {msg}"
         return None
 
 

@@ -14,6 +14,7 @@ an arena or a queue, run by the gate through
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
+from typing import Any
 
 from hypothesis import strategies as st
 from hypothesis.stateful import RuleBasedStateMachine, precondition, rule
@@ -39,12 +40,56 @@ class SlotCampaign:
 
 
 FAULT_CHECKS = frozenset({"LIVE", "NRR", "FIFO", "PROG"})
+DEPLOYED_CHECKS = frozenset({"LIVE", "NRR", "FIFO", "PROG"})
+"""What the deployed construction's history checker judges (:mod:`.deployed`)."""
 
 
 def campaigns_for(kind: str) -> tuple[SlotCampaign, ...]:
     checks = ARENA_CHECKS if kind == "arena" else QUEUE_CHECKS
     return (SlotCampaign("lockstep", checks), SlotCampaign("deviations", checks, deviations=True),
             SlotCampaign("faults", FAULT_CHECKS, mode="faults"))
+
+
+def deployed_campaigns(kind: str) -> tuple[SlotCampaign, ...]:
+    """The campaigns of the deployed construction (``--concurrency free``,
+    the slot protocols' default): the queue's free-running load and its
+    process faults.  The arena's deployed construction is not built yet."""
+    if kind != "queue":
+        return ()
+    return (SlotCampaign("deployed-controlled", DEPLOYED_CHECKS, mode="deployed-controlled"),
+            SlotCampaign("deployed", DEPLOYED_CHECKS, mode="deployed"),
+            SlotCampaign("deployed-faults", DEPLOYED_CHECKS, mode="deployed-faults"))
+
+
+CONTROLLED_BUDGET = {"ci": (16, 40), "dev": (60, 120), "deep": (200, 300)}
+"""Per gate profile: schedules drawn, and runs the shrinker may take after
+the first failing one (work, not seconds: the same seed gives the same
+counterexample on any machine)."""
+SCHEDULES = st.lists(st.sampled_from([0, 0, 1, 2]), min_size=64, max_size=200)
+"""A schedule's choices, one per store (:class:`~.deployed.Deployment`):
+mostly 0 (the process goes on after its store), sometimes a switch right
+after it: the windows a release, a claim or a publish opens."""
+
+
+DEPLOYED_MESSAGES = {"ci": 24, "dev": 64, "deep": 160}
+"""Messages of the free-running load per gate profile (the faults' runs end at their fault)."""
+
+
+def deployments(ctx: CampaignContext, campaign: SlotCampaign) -> list[Any]:
+    """The deployed runs of a campaign: the free load in the primary
+    construction (``--start-method``, ``--readers`` local readers, one
+    remote reader) and with one spawned local reader; each fault once, in
+    the primary construction with its waits at 0.5 s."""
+    from .deployed import FAULTS, Deployment
+
+    method = ctx.config.start_method if ctx.config.start_method in ("fork", "spawn") else "fork"
+    primary = Deployment(local=ctx.config.n_readers, remote=1, start_method=method, seed=ctx.seed & 0xFFFF,
+                         messages=DEPLOYED_MESSAGES.get(ctx.profile.name, 24))
+    if campaign.mode == "deployed":
+        other = replace(primary, local=1, start_method="spawn" if method == "fork" else "fork")
+        return [primary, other]
+    at = {"reader-killed-holding": 5, "reader-killed-between": 7, "writer-killed-mid-write": 6}
+    return [replace(primary, fault=f, at=at[f], timeout=0.5, local=max(2, primary.local)) for f in FAULTS]
 
 
 SIZES = st.sampled_from([1, SLOT_BYTES - 1, SLOT_BYTES, SLOT_BYTES + 1]) | st.integers(1, SLOT_BYTES + 2)
@@ -192,6 +237,10 @@ def queue_machine(target, config: SessionConfig, deviations: bool) -> type:
 def run_campaign(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
     if campaign.mode == "faults":
         return _run_faults(ctx, campaign, res)
+    if campaign.mode == "deployed-controlled":
+        return _run_controlled(ctx, campaign, res)
+    if campaign.mode in ("deployed", "deployed-faults"):
+        return _run_deployed(ctx, campaign, res)
     make = arena_machine if ctx.target.kind == "arena" else queue_machine
     # the construction these campaigns check, recorded in every finding's config (replay builds the same)
     base = replace(ctx.config, start_method=ONE_PROCESS)
@@ -223,5 +272,149 @@ def _run_faults(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResul
     return res
 
 
-__all__ = ["ARENA_CHECKS", "QUEUE_CHECKS", "SlotCampaign", "arena_machine", "campaigns_for", "queue_machine",
+def _first(ctx: CampaignContext, trace: list, dep: Any) -> Any:
+    """The first violation of a deployed run's trace not excused, as a
+    :class:`PropertyViolation` (None: none)."""
+    from ...lockstep.session import PropertyViolation
+
+    for s in trace:
+        for prop, msg in s.violations:
+            if not ctx.config.excuses(prop, s.action, s.cause):
+                mode = "controlled" if dep.schedule is not None else (dep.fault or "load")
+                return PropertyViolation(prop, f"step {s.index} ({s.process} {s.action}): {msg}", trace, s.action,
+                                         cause=f"deployed/{mode}/{s.cause}")
+    return None
+
+
+def _deployed_config(ctx: CampaignContext, dep: Any) -> dict[str, Any]:
+    from ...core.config import config_to_json
+
+    return {**config_to_json(replace(ctx.config, start_method=dep.start_method, n_readers=dep.local,
+                                     readers=tuple(dep.labels()[:dep.local]))), "deployment": dep.to_json()}
+
+
+def _run_controlled(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
+    """Controlled interleavings in the deployed construction: Hypothesis
+    draws a schedule (:data:`SCHEDULES`), the processes take their flag
+    loads and stores in its order (:func:`~.deployed.run` with
+    ``schedule``), the history checker judges; a failing schedule shrinks
+    within :data:`CONTROLLED_BUDGET` runs and replays exactly."""
+    import time
+
+    from hypothesis import HealthCheck, Phase, Verbosity, given, settings
+    from hypothesis import seed as hyp_seed
+
+    from ...core.results import Violation
+    from ...lockstep.session import PropertyViolation
+    from . import deployed
+
+    t0 = time.monotonic()
+    examples, shrink_runs = CONTROLLED_BUDGET.get(ctx.profile.name, CONTROLLED_BUDGET["ci"])
+    method = ctx.config.start_method if ctx.config.start_method in ("fork", "spawn") else "fork"
+    base = deployed.Deployment(local=ctx.config.n_readers, remote=0, start_method=method, messages=6, chunks=2,
+                               seed=ctx.seed & 0xFFFF)
+    seen: dict[tuple[int, ...], Any] = {}
+    state = {"runs": 0, "first_fail": None, "error": None}
+
+    def run_one(schedule: list[int]) -> None:
+        key = tuple(schedule)
+        if key not in seen:
+            if state["error"]:
+                raise _Spent()
+            if state["first_fail"] is not None and state["runs"] - state["first_fail"] >= shrink_runs:
+                raise _Spent()  # the shrink budget (runs, not seconds) is spent: stop Hypothesis here
+            state["runs"] += 1
+            dep = replace(base, schedule=key)
+            try:
+                trace = deployed.judge(deployed.run(ctx.target, dep))
+            except Exception as e:  # noqa: BLE001 - the construction could not be built
+                state["error"] = f"{type(e).__name__}: {e}"
+                return
+            res.steps += len(trace)
+            exc = _first(ctx, trace, dep)
+            seen[key] = (dep, exc)
+            if exc is not None and state["first_fail"] is None:
+                state["first_fail"] = state["runs"]
+        dep, exc = seen[key]
+        if exc is not None:
+            raise exc
+
+    test = hyp_seed(ctx.seed)(settings(max_examples=examples, deadline=None, database=None,
+                                       phases=[Phase.generate, Phase.shrink], suppress_health_check=list(HealthCheck),
+                                       report_multiple_bugs=False, print_blob=False,
+                                       verbosity=Verbosity.quiet)(given(SCHEDULES)(run_one)))
+    from hypothesis.internal.conjecture import engine
+
+    wall = engine.MAX_SHRINKING_SECONDS
+    engine.MAX_SHRINKING_SECONDS = 24 * 3600  # the shrink budget here is the runs above, never the clock
+    try:
+        try:
+            test()
+            res.completed = state["error"] is None
+        except _Spent:  # the smallest failing schedule found (shortlex, as Hypothesis orders them)
+            failing = [(len(k), k) for k, (d, e) in seen.items() if e is not None]
+            if failing:
+                raise seen[min(failing)[1]][1] from None
+    except PropertyViolation as exc:
+        dep = next(d for d, e in seen.values() if e is exc)
+        res.violations.append(Violation(exc.prop, exc.message, campaign.name, 0, [s.to_json() for s in exc.steps],
+                                        _deployed_config(ctx, dep), exc, concurrency="deployed",
+                                        detected_seconds=t0, detected_steps=len(exc.steps),
+                                        shrink_complete=state["runs"] - (state["first_fail"] or 0) < shrink_runs,
+                                        occurrence=ctx.found.record(exc) if ctx.found is not None else 1))
+        res.completed = True
+    finally:
+        engine.MAX_SHRINKING_SECONDS = wall
+    res.error = state["error"] and f"{base.name}, scheduled: {state['error']}"
+    res.examples = state["runs"]
+    res.rates["construction"] = {**base.construction(), "name": base.name + "; scheduled at every flag access"}
+    res.rates["schedules"] = state["runs"]
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+class _Spent(BaseException):
+    """Ends a controlled campaign's Hypothesis run when its shrink budget is
+    spent (a BaseException: Hypothesis does not catch it)."""
+
+
+def _run_deployed(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
+    """The deployed construction's runs (:mod:`.deployed`): each judged by
+    the history checker; its first violation not excused is a finding,
+    named with the construction it ran in (``config["deployment"]``)."""
+    import time
+
+    from ...core.results import Violation
+    from . import deployed
+
+    t0 = time.monotonic()
+    runs = []
+    for dep in deployments(ctx, campaign):
+        try:
+            out = deployed.run(ctx.target, dep)
+        except Exception as e:  # noqa: BLE001 - the construction could not be built: an error, never a pass
+            res.error = f"{dep.name}: {type(e).__name__}: {e}"
+            break
+        trace = deployed.judge(out)
+        res.examples += 1
+        res.steps += len(trace)
+        runs.append({**dep.construction(), "fault": dep.fault, "messages": dep.messages,
+                     "sent": sum(1 for s in trace if s.process == "writer" and s.observed.startswith("sent")),
+                     "seconds": round(out.seconds, 2),
+                     "exitcodes": {k: v for k, v in out.exitcodes.items()},
+                     "lost_in_flight": [list(n[1:]) for n in out.notes if n[0] == "lost-in-flight"]})
+        exc = _first(ctx, trace, dep)
+        if exc is not None:
+            res.violations.append(Violation(exc.prop, exc.message, campaign.name, 0, [x.to_json() for x in trace],
+                                            _deployed_config(ctx, dep), exc, concurrency="deployed",
+                                            detected_seconds=t0, detected_steps=len(trace),
+                                            occurrence=ctx.found.record(exc) if ctx.found is not None else 1))
+    res.rates["deployed"] = runs
+    res.rates["construction"] = runs[0] if runs else None
+    res.completed = res.error is None
+    res.seconds = time.monotonic() - t0
+    return res
+
+
+__all__ = ["ARENA_CHECKS", "DEPLOYED_CHECKS", "deployed_campaigns", "deployments", "QUEUE_CHECKS", "SlotCampaign", "arena_machine", "campaigns_for", "queue_machine",
            "run_campaign"]

@@ -18,6 +18,7 @@ from shmspec.conformance import protocols
 from shmspec.conformance.commands.mutation import run_fault
 from shmspec.conformance.core.errors import TargetError
 from shmspec.conformance.mutants import slots as slot_mutants
+from shmspec.conformance.protocols.slots.campaigns import deployed_campaigns
 from shmspec.conformance.protocols.slots.session import ArenaSession, QueueSession
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.lockstep.session import Call, PropertyViolation
@@ -38,8 +39,11 @@ def test_impl_passes_every_property_of_its_protocol(kind, tmp_path):
     assert result.verdict == "pass" and result.protocol == kind
     want = {"NRR", "FIFO", "PROG", "LIVE", "CONFORMANCE"} | ({"DISJ", "FALLBACK"} if kind == "arena" else set())
     assert result.properties == {p: "pass" for p in want}
-    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults"]
+    # the queue's default concurrency (free) adds its deployed construction (test_slots_deployed.py)
+    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults"] + (
+        ["deployed", "deployed-faults"] if kind == "queue" else [])
     assert all(c.examples >= 100 and c.completed for c in result.campaigns[:2]) and result.campaigns[2].completed
+    assert all(c.completed for c in result.campaigns[3:])
     data = json.loads((tmp_path / "report.json").read_text())
     assert data["construction"]["name"] == "writer and 2 readers in one process"
     assert data["target"] == f"{kind}:impl" and data["protocol"] == kind
@@ -49,12 +53,16 @@ def test_impl_passes_every_property_of_its_protocol(kind, tmp_path):
 def test_every_seeded_fault_is_caught_by_its_property(fault, monkeypatch):
     # the ci gate with shrinking cut at 1 s: whether the fault is caught is decided before shrinking
     # (`shmspec mutants --protocol arena|queue` runs the full ci gate; docs/slots.md has its figures)
+    # a fault of the queue's deployed paths runs with the deployed construction (the queue's default), the
+    # others in one process (--concurrency off), where the lockstep campaigns catch them
     monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_seconds=1))
-    out = run_fault(fault)
+    deployed = deployed_campaigns(fault.kind) if fault.construction == "deployed" else None
+    out = run_fault(fault, campaigns=deployed, concurrency="off")
     assert out.error is None and out.result is not None
     assert out.caught, f"{fault.name}: {fault.expected} not among {out.violated}"
     first = out.first(fault.expected)
     assert first.steps and first.protocol == fault.kind
+    assert first.construction.deployed == (fault.construction == "deployed")
 
 
 def test_the_fault_library_has_at_least_ten_faults_over_the_properties():

@@ -1,0 +1,315 @@
+"""Our broadcast queue with vLLM 0.33.0's ``MessageQueue`` surface
+(docs/slots.md#our-stores-shmspecimplslots), so that code written for
+vLLM's queue, and shmspec's deployed-construction campaigns, run on it
+unchanged: ``MessageQueue(n_reader, n_local_reader, local_reader_ranks,
+max_chunk_bytes, max_chunks, connect_ip)``, ``export_handle()``,
+``create_from_handle(handle, rank)``, ``wait_until_ready()``,
+``enqueue(obj, timeout)``, ``dequeue(timeout)``, ``broadcast_object(obj)``,
+``acquire_write``/``acquire_read`` and ``shutdown()``.
+
+Local readers share one :class:`~shmspec.impl.slots.SlotQueue` ring (its
+hardening: bounded waits, a caller's exception leaves a write unpublished,
+a read released in a ``finally``); remote readers, and local readers for a
+message too large for a chunk (the *overflow* path), get it over pyzmq
+PUB/SUB sockets (ipc for local readers, tcp for remote ones), as vLLM's do.
+
+A message is pickled with protocol 5; a buffer of at least
+``oob_threshold`` bytes (default 1 MiB, vLLM's) travels out of band.  In a
+chunk the layout is ours: ``[overflow u8][count u16 LE]`` then ``count``
+frames ``[length u32 LE][bytes]`` (the pickle stream first).  What differs
+from vLLM 0.33.0, each backed by ``tests/impl/test_broadcast.py``:
+
+* every out-of-band buffer *and* the pickle stream are copied out of the
+  chunk before the chunk is released, so no value a reader keeps aliases
+  memory the writer reuses (vLLM copies the out-of-band buffers and
+  unpickles the stream in place, which is safe for pickle's own objects);
+* a writer's :class:`~shmspec.model.errors.SlotTimeout` names the local
+  readers that have not released the chunk it waits on (vLLM raises a
+  bare ``TimeoutError``);
+* readers wait on the ring's flags with short sleeps (no notification
+  socket), every wait bounded by its ``timeout``.
+"""
+
+from __future__ import annotations
+
+import os
+import pickle
+import struct
+import tempfile
+import uuid
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from typing import Any, Iterator
+
+import zmq
+
+from shmspec.model.errors import SlotTimeout
+
+from .slots import SlotQueue
+
+OOB_THRESHOLD = 1024 * 1024
+"""Buffers of at least this many bytes travel out of band (vLLM's 1 MiB)."""
+_HEAD = struct.Struct("<BH")
+_LEN = struct.Struct("<I")
+
+
+@dataclass
+class Handle:
+    """What a reader process needs to attach (picklable): the local readers'
+    ranks, the ring's ``(n_reader, chunk_bytes, n_chunks, segment name)`` and
+    the two sockets' addresses (None where there are no such readers)."""
+
+    local_reader_ranks: list[int] = field(default_factory=list)
+    buffer_handle: tuple[int, int, int, str] | None = None
+    local_subscribe_addr: str | None = None
+    remote_subscribe_addr: str | None = None
+
+
+class MessageQueue:
+    """One writer, ``n_reader`` readers of which ``n_local_reader`` share the
+    ring (see the module docstring); chunk and buffer sizes in bytes.
+
+    Raises (constructor):
+        ValueError: a reader count below 0, more local readers than readers,
+            or ``local_reader_ranks`` of another length.
+        SharedMemoryFull: ``/dev/shm`` cannot hold the ring.
+        zmq.ZMQError: a socket cannot bind.
+    """
+
+    def __init__(self, n_reader: int, n_local_reader: int, local_reader_ranks: list[int] | None = None,
+                 max_chunk_bytes: int = 1024 * 1024 * 24, max_chunks: int = 10, connect_ip: str | None = None,
+                 oob_threshold: int = OOB_THRESHOLD):
+        if not 0 <= n_local_reader <= n_reader:
+            raise ValueError(f"n_local_reader must be in 0..n_reader ({n_reader}), not {n_local_reader}")
+        ranks = list(range(n_local_reader)) if local_reader_ranks is None else list(local_reader_ranks)
+        if len(ranks) != n_local_reader:
+            raise ValueError(f"{len(ranks)} local reader ranks for {n_local_reader} local readers")
+        self.n_local_reader, self.n_remote_reader = n_local_reader, n_reader - n_local_reader
+        self.oob_threshold = oob_threshold
+        self._is_writer, self._is_local_reader, self._is_remote_reader = True, False, False
+        self.local_reader_rank = -1
+        self.shutting_down = False
+        self._context = zmq.Context()
+        self.buffer: SlotQueue | None = None
+        self.local_socket = self.remote_socket = None
+        local_addr = remote_addr = None
+        try:
+            if n_local_reader:
+                self.buffer = self.ring_class(n_local_reader, max_chunk_bytes, max_chunks)
+                self.local_socket = self._context.socket(zmq.XPUB)
+                self.local_socket.setsockopt(zmq.XPUB_VERBOSE, True)
+                local_addr = f"ipc://{tempfile.gettempdir()}/shmspec-mq-{os.getpid()}-{uuid.uuid4().hex[:12]}"
+                self.local_socket.bind(local_addr)
+            if self.n_remote_reader:
+                self.remote_socket = self._context.socket(zmq.XPUB)
+                self.remote_socket.setsockopt(zmq.XPUB_VERBOSE, True)
+                ip = connect_ip or "127.0.0.1"
+                if ":" in ip:
+                    self.remote_socket.setsockopt(zmq.IPV6, 1)
+                    ip = f"[{ip}]"
+                self.remote_socket.bind(f"tcp://{ip}:0")
+                port = self.remote_socket.getsockopt(zmq.LAST_ENDPOINT).decode().rsplit(":", 1)[1]
+                remote_addr = f"tcp://{ip}:{port}"
+        except BaseException:
+            self.handle = None
+            self.close()
+            raise
+        self.handle = Handle(ranks, self.buffer.handle() if self.buffer is not None else None, local_addr,
+                             remote_addr)
+
+    # ---- construction --------------------------------------------------------------
+
+    def export_handle(self) -> Handle:
+        return self.handle
+
+    ring_class = SlotQueue
+    """The local readers' ring (a seeded fault may put another one here)."""
+
+    @classmethod
+    def create_from_handle(cls, handle: Handle, rank: int) -> "MessageQueue":
+        """A reader of the queue ``handle`` describes: local (over the ring)
+        when ``rank`` is one of its ``local_reader_ranks``, else remote."""
+        self = cls.__new__(cls)
+        self.handle, self._is_writer, self.shutting_down = handle, False, False
+        self.oob_threshold = OOB_THRESHOLD
+        self._context = zmq.Context()
+        self.buffer, self.local_socket, self.remote_socket = None, None, None
+        self.n_local_reader = len(handle.local_reader_ranks)
+        self.n_remote_reader = 0
+        try:
+            if rank in handle.local_reader_ranks:
+                self._is_local_reader, self._is_remote_reader = True, False
+                self.local_reader_rank = handle.local_reader_ranks.index(rank)
+                n, chunk, chunks, name = handle.buffer_handle
+                self.buffer = self.ring_class(n, chunk, chunks, name=name, reader_rank=self.local_reader_rank)
+                self.local_socket = self._subscriber(handle.local_subscribe_addr)
+            else:
+                if handle.remote_subscribe_addr is None:
+                    raise ValueError(f"rank {rank} is not a local reader and the queue has no remote readers")
+                self._is_local_reader, self._is_remote_reader = False, True
+                self.local_reader_rank = -1
+                self.remote_socket = self._subscriber(handle.remote_subscribe_addr)
+        except BaseException:
+            self.close()
+            raise
+        return self
+
+    def _subscriber(self, addr: str) -> Any:
+        sock = self._context.socket(zmq.SUB)
+        if addr.startswith("tcp://["):
+            sock.setsockopt(zmq.IPV6, 1)
+        sock.setsockopt_string(zmq.SUBSCRIBE, "")
+        sock.connect(addr)
+        return sock
+
+    def wait_until_ready(self) -> None:
+        """Collective: the writer waits for every reader's subscription and
+        answers ``READY`` on each socket; a reader waits for that answer."""
+        if self._is_writer:
+            for sock, n in ((self.local_socket, self.n_local_reader), (self.remote_socket, self.n_remote_reader)):
+                for _ in range(n):
+                    sock.recv()
+                if n:
+                    sock.send(b"READY")
+        else:
+            got = (self.local_socket if self._is_local_reader else self.remote_socket).recv()
+            if got != b"READY":
+                raise RuntimeError(f"expected READY from the writer, got {bytes(got[:16])!r}")
+
+    @property
+    def current_idx(self) -> int:
+        """The ring position of this process (-1 for a remote reader)."""
+        return self.buffer.current_idx if self.buffer is not None else -1
+
+    # ---- the flag protocol (SlotQueue's) -------------------------------------------
+
+    @contextmanager
+    def acquire_write(self, timeout: float | None = None) -> Iterator[memoryview]:
+        """The next chunk, writable (see :meth:`SlotQueue.acquire_write`).
+
+        Raises:
+            SlotTimeout: not released within ``timeout`` s; its message names
+                the local readers holding the chunk."""
+        try:
+            cm = self.buffer.acquire_write(timeout)
+            chunk = cm.__enter__()
+        except SlotTimeout as exc:
+            row = self.buffer.row(self.buffer.current_idx)
+            missing = [self.handle.local_reader_ranks[r] for r in range(self.n_local_reader) if not row[1 + r]]
+            raise SlotTimeout("writer", self.buffer.current_idx, exc.seconds,
+                              f"readers {missing} have not released it") from None
+        try:
+            yield chunk
+        except BaseException as exc:
+            if not cm.__exit__(type(exc), exc, exc.__traceback__):
+                raise
+        else:
+            cm.__exit__(None, None, None)
+
+    def acquire_read(self, timeout: float | None = None, indefinite: bool = False) -> Any:
+        return self.buffer.acquire_read(None if indefinite else timeout)
+
+    # ---- messages ------------------------------------------------------------------
+
+    def _frames(self, obj: Any) -> list[Any]:
+        frames: list[Any] = [b""]
+
+        def out_of_band(buf: pickle.PickleBuffer) -> bool:
+            raw = buf.raw()
+            if raw.nbytes < self.oob_threshold:
+                return True  # in band
+            frames.append(raw)
+            return False
+
+        frames[0] = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
+        return frames
+
+    def enqueue(self, obj: Any, timeout: float | None = None) -> None:
+        """Send ``obj`` to every reader.
+
+        Raises:
+            SlotTimeout: a local reader did not release the next chunk within
+                ``timeout`` s (nothing sent to anyone).
+            pickle.PicklingError (or the object's own error): it cannot be
+                pickled (nothing sent)."""
+        if not self._is_writer:
+            raise RuntimeError("only the writer can enqueue")
+        frames = self._frames(obj)
+        if self.buffer is not None:
+            size = _HEAD.size + sum(_LEN.size + memoryview(f).nbytes for f in frames)
+            overflow = size > self.buffer.slot_bytes
+            with self.acquire_write(timeout) as chunk:
+                if overflow:
+                    chunk[0] = 1
+                else:
+                    _HEAD.pack_into(chunk, 0, 0, len(frames))
+                    at = _HEAD.size
+                    for f in frames:
+                        n = memoryview(f).nbytes
+                        _LEN.pack_into(chunk, at, n)
+                        chunk[at + _LEN.size:at + _LEN.size + n] = f
+                        at += _LEN.size + n
+            if overflow:  # after the chunk is published: a reader finds the flag, then the frames
+                self.local_socket.send_multipart(frames, copy=False)
+        if self.remote_socket is not None:
+            self.remote_socket.send_multipart(frames, copy=False)
+
+    def dequeue(self, timeout: float | None = None, indefinite: bool = False) -> Any:
+        """The next message.
+
+        Raises:
+            SlotTimeout / TimeoutError: nothing within ``timeout`` s (nothing consumed).
+            RuntimeError: called on the writer."""
+        if self._is_local_reader:
+            with self.acquire_read(timeout, indefinite) as chunk:
+                overflow, count = _HEAD.unpack_from(chunk, 0)
+                if not overflow:
+                    frames, at = [], _HEAD.size
+                    for _ in range(count):
+                        (n,) = _LEN.unpack_from(chunk, at)
+                        frames.append(bytearray(chunk[at + _LEN.size:at + _LEN.size + n]))  # copied out
+                        at += _LEN.size + n
+            if not overflow:
+                return pickle.loads(frames[0], buffers=frames[1:])
+            return self._recv(self.local_socket, timeout)
+        if self._is_remote_reader:
+            return self._recv(self.remote_socket, timeout)
+        raise RuntimeError("only readers can dequeue")
+
+    @staticmethod
+    def _recv(sock: Any, timeout: float | None) -> Any:
+        if not sock.poll(None if timeout is None else max(0, int(timeout * 1000))):
+            raise TimeoutError(f"no message on the socket within {timeout} s")
+        head, *oob = sock.recv_multipart(copy=False)
+        return pickle.loads(head.buffer, buffers=[f.buffer for f in oob])  # frames own their memory
+
+    def broadcast_object(self, obj: Any = None) -> Any:
+        if self._is_writer:
+            self.enqueue(obj)
+            return obj
+        return self.dequeue()
+
+    def shutdown(self) -> None:
+        self.shutting_down = True
+
+    def close(self) -> None:
+        """Close the sockets and the ring (the writer unlinks it); idempotent."""
+        for sock in (self.local_socket, self.remote_socket):
+            if sock is not None:
+                sock.close(linger=0)
+        self.local_socket = self.remote_socket = None
+        if self.buffer is not None:
+            self.buffer.close()
+            self.buffer = None
+        if getattr(self, "_context", None) is not None:
+            self._context.term()
+            self._context = None
+        addr = self.handle.local_subscribe_addr if self._is_writer and getattr(self, "handle", None) else None
+        if addr and addr.startswith("ipc://"):  # libzmq 4.3 leaves a bound ipc path's file
+            try:
+                os.unlink(addr[6:])
+            except FileNotFoundError:
+                pass
+
+
+__all__ = ["Handle", "MessageQueue", "OOB_THRESHOLD"]

@@ -1,0 +1,148 @@
+"""The queue in its deployed construction (docs/slots.md#the-deployed-construction):
+vLLM 0.33.0's and impl's ``MessageQueue`` built by their own constructors,
+the writer and every reader a process of its own, pyzmq's sockets live,
+messages through ``enqueue``/``dequeue``.  Both pass the free-running load
+and every process fault; the seeded faults of the deployed paths (the
+out-of-band buffers, the overflow path, the remote readers) are caught, by
+this construction and named with it; nothing is left in /dev/shm or /tmp."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+
+import shmspec
+from shmspec.conformance import protocols
+from shmspec.conformance.core.errors import TargetError
+from shmspec.conformance.mutants.slots import SLOT_MUTANTS_DIR
+from shmspec.conformance.protocols.slots import deployed as D
+
+pytestmark = pytest.mark.xdist_group("slots-deployed")
+
+
+def _target(spec: str):
+    try:
+        return protocols.load(spec)
+    except TargetError as exc:
+        pytest.skip(f"registry unreachable: {exc}")
+
+
+def _left_behind(out: D.Outcome) -> list[str]:
+    """What the run's writer made and is still there: its segment, its ipc
+    socket files, the processes' log."""
+    h = out.handle or {}
+    paths = [f"/dev/shm/{h['buffer_handle'][-1]}"] if h.get("buffer_handle") else []
+    paths += [h[k][6:] for k in ("local_subscribe_addr", "local_notify_addr") if (h.get(k) or "").startswith("ipc://")]
+    return [p for p in paths + ([out.log] if out.log else []) if os.path.exists(p)]
+
+
+def _violations(steps):
+    return [(s.process, s.action, p, m) for s in steps for p, m in s.violations]
+
+
+@pytest.fixture(params=["vllm-queue==0.33.0", "impl-queue"])
+def queue(request):
+    return _target(request.param)
+
+
+@pytest.mark.parametrize("dep", [D.Deployment(), D.Deployment(start_method="spawn", local=1, remote=1)],
+                         ids=["fork-2-local-1-remote", "spawn-1-local-1-remote"])
+def test_every_reader_receives_the_written_sequence_and_keeps_its_arrays(queue, dep):
+    out = D.run(queue, dep)
+    steps = D.judge(out)
+    assert _violations(steps) == [] and out.failures == {}
+    assert out.exitcodes == {label: 0 for label in ["writer", *dep.labels()]}
+    sent = [e for e in out.writer if e[0] == "sent"]
+    assert [e[1] for e in sent] == list(range(dep.messages))
+    assert {e[2] for e in sent} == set(D.KINDS)  # every path: in band, overflow, out of band, both
+    for label in dep.labels():
+        events, final, changed = out.readers[label]
+        assert [e[1] for e in events if e[0] == "recv"] == list(range(dep.messages)) and changed == []
+    assert out.handle and _left_behind(out) == []
+
+
+@pytest.mark.parametrize("fault", D.FAULTS)
+def test_every_process_fault_ends_in_the_queues_timeout_with_the_survivors_whole(queue, fault):
+    dep = D.Deployment(fault=fault, at=5, timeout=0.5)
+    out = D.run(queue, dep)
+    steps = D.judge(out)
+    assert _violations(steps) == [], [(s.process, s.action, s.observed) for s in steps[-6:]]
+    dead = "writer" if fault.startswith("writer") else "r1"
+    assert out.exitcodes[dead] == -9
+    sent = [e[1] for e in out.writer if e[0] == "sent"]
+    if dead == "r1":  # the writer fills the ring up to the dead reader's chunk, then its wait ends, naming r1
+        assert sent == list(range(len(sent))) and len(sent) in (dep.at + dep.chunks, dep.at + dep.chunks + 1)
+        timeout = out.writer[-1]
+        assert timeout[0] == "timeout" and timeout[6][1] == 0 and all(timeout[6][2:])
+        survivors = ["r2", "remote1"]
+    else:
+        assert sent == list(range(dep.at))
+        survivors = ["r1", "r2", "remote1"]
+    for label in survivors:
+        events, final, _ = out.readers[label]
+        got = [e[1] for e in events if e[0] == "recv"]
+        assert got == sent[:len(got)] and len(got) >= len(sent) - 1  # at most one in flight on a socket
+        assert final is None or final[0] == "timeout"
+    assert out.handle and _left_behind(out) == []
+
+
+def test_impl_names_the_dead_reader_in_its_timeout():
+    out = D.run(_target("impl-queue"), D.Deployment(fault="reader-killed-between", at=3, timeout=0.5))
+    assert "readers [0] have not released it" in out.writer[-1][5]
+
+
+def test_the_gate_runs_the_deployed_construction_and_names_it(tmp_path):
+    result = shmspec.check(f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_oob_alias.py'}", report_dir=tmp_path)
+    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults", "deployed-controlled",
+                                                  "deployed", "deployed-faults"]
+    assert result.properties["NRR"] == "fail"
+    v = next(v for v in result.violations if v.property == "NRR")
+    assert v.campaign.startswith("deployed") and v.concurrency == "deployed"
+    assert v.construction.deployed and v.construction.name.startswith("deployed: writer process, 2 forked")
+    data = json.loads((tmp_path / "report.json").read_text())
+    names = [c["name"] for c in data["constructions"]]
+    assert names[0] == "writer and 2 readers in one process" and any(n.startswith("deployed:") for n in names)
+    assert data["violations"][0]["construction"]["deployed"] is True
+    # replayed from report.json alone: found again on the fault, not on impl
+    case = data["violations"][0]
+    assert shmspec.replay(data["target"], case) is not None
+    assert shmspec.replay("queue:impl", case) is None
+
+
+def test_a_killed_writers_segment_and_sockets_are_removed():
+    out = D.run(_target("vllm-queue==0.33.0"), D.Deployment(fault="writer-killed-mid-write", at=2, timeout=0.5))
+    assert out.exitcodes["writer"] == -9
+    assert out.handle["buffer_handle"] and _left_behind(out) == []
+
+
+def _controlled(spec: str):
+    from shmspec.conformance.protocols.slots.campaigns import DEPLOYED_CHECKS, SlotCampaign
+    from shmspec.conformance.runner.gate import run_gate
+
+    campaign = SlotCampaign("deployed-controlled", DEPLOYED_CHECKS, mode="deployed-controlled")
+    return run_gate(_target(spec), "ci", 0, campaigns=(campaign,), concurrency="off")
+
+
+@pytest.mark.parametrize("spec", ["vllm-queue==0.33.0", "impl-queue"])
+def test_controlled_interleavings_at_every_flag_access_hold_on_vllm_and_impl(spec):
+    result = _controlled(spec)
+    c = result.campaigns[0]
+    assert result.verdict == "pass" and c.completed and c.examples >= 10 and c.steps > 1000
+    assert c.rates["construction"]["deployed"] and "scheduled at every flag access" in c.rates["construction"]["name"]
+
+
+def test_a_release_before_the_copy_is_found_by_a_schedule_and_the_same_seed_gives_the_same_trace():
+    spec = f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_release_before_copy.py'}"
+    first, second = _controlled(spec), _controlled(spec)
+    v = first.violations[0]
+    assert v.property == "NRR" and "recycled read" in v.message and v.construction.deployed
+    # budgets count runs, not seconds: the same schedule and the same steps on any machine, under any load
+    assert v.config["deployment"]["schedule"] == second.violations[0].config["deployment"]["schedule"]
+    strip = [(s["process"], s["action"], s["args"]) for s in v.steps]
+    assert strip == [(s["process"], s["action"], s["args"]) for s in second.violations[0].steps]
+    # the schedule replays exactly: found again on the fault, not on impl
+    case = v.to_json()
+    assert shmspec.replay(spec, case).startswith("NRR")
+    assert shmspec.replay("queue:impl", case) is None
