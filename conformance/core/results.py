@@ -142,6 +142,9 @@ class GateResult:
     contract: Any = None
     """The :class:`~shmspec.conformance.core.contract.Contract` the target
     was judged by (None: a protocol without declared contracts)."""
+    stand_ins: tuple[str, ...] = ()
+    """Names of the target file's own project the loader stood in for
+    (SGLang's helpers: ``sglang.srt.utils.network.get_open_port``, ...)."""
 
     @property
     def contract_name(self) -> str:

@@ -33,6 +33,7 @@ _BUILTIN: dict[str, str] = {"ringbuffer": "shmspec.conformance.protocols.ringbuf
                             "arena": "shmspec.conformance.protocols.slots:ARENA",
                             "queue": "shmspec.conformance.protocols.slots:QUEUE"}
 _ALIASES: dict[str, tuple[str, str]] = {"vllm-arena==": ("arena", "vllm=="), "vllm-queue==": ("queue", "vllm=="),
+                                        "sglang-queue==": ("queue", "sglang=="),
                                         "impl-arena": ("arena", "impl"), "impl-queue": ("queue", "impl")}
 """Target-string prefixes that name a protocol without ``NAME:`` (``vllm-arena==0.33.0`` is ``arena:vllm==0.33.0``)."""
 _LOADED: dict[str, StoreProtocol] = {}

@@ -41,6 +41,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         **header(SCHEMA, "check"),
         "target": result.target,
         "target_source": target_source,
+        "stand_ins": list(result.stand_ins),
         "protocol": result.protocol,
         "model_profile": result.model_profile,
         "contract": result.contract.to_json() if result.contract is not None else None,
@@ -250,7 +251,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                 ("shmspec check", "bold"), f"  target {result.target}  model profile {result.model_profile}  ",
                 f"gate profile {result.profile}  concurrency {result.concurrency}  seed {result.seed_text}\n",
                 f"construction {result.construction.name}  contract {result.contract_name}"
-                + (f" ({result.contract.source})" if result.contract is not None and result.contract.source else ""),
+                + (f" ({result.contract.source})" if result.contract is not None and result.contract.source else "")
+                + (f"\nstood in for the file's own imports: {', '.join(result.stand_ins)}" if result.stand_ins
+                   else ""),
             )
         )
     )

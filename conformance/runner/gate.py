@@ -338,7 +338,7 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
             v.seed = seed  # a seed unit's merge keeps it; a one-seed run's is the run's
     return GateResult(target.spec, target.profile.name, gp.name, seed, results, time.monotonic() - t0, concurrency,
                       config.writer_lock, protocol.construction(config), protocol=protocol.name,
-                      registry=protocol.properties)
+                      registry=protocol.properties, stand_ins=tuple(getattr(target, "stand_ins", ()) or ()))
 
 
 def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress, found):

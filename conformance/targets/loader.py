@@ -130,15 +130,28 @@ def detect_profile(module: ModuleType) -> Profile:
     return VLLM_0_11
 
 
+TARGET_FORMS = ("use impl, file:PATH or vllm==X.Y.Z (the object store); impl-queue, queue:file:PATH, "
+                "vllm-queue==X.Y.Z or sglang-queue==X.Y.Z (the broadcast queue); impl-arena, arena:file:PATH or "
+                "vllm-arena==X.Y.Z (the tensor arena); queue:/arena:impl-file:PATH (a seeded fault)")
+"""Every target form, for the message that answers an unknown one."""
+
+
 def load_file(path: str | Path, spec: str | None = None, profile: Profile | None = None) -> LoadedTarget:
     """Execute a module file in isolation and check it defines the classes.
 
     Raises:
-        TargetError: the file is missing, fails to import, or lacks the classes.
+        TargetError: the file is missing, fails to import, lacks the classes,
+            or holds a slot-flag store (the message names ``queue:file:`` or
+            ``arena:file:``).
     """
     path = Path(path)
     if not path.is_file():
         raise TargetError(f"target file not found: {path}")
+    from .slotfiles import STORE_NAMES, store_kind
+
+    found = store_kind(path)
+    if found in ("queue", "arena"):
+        raise TargetError(f"{path} holds {STORE_NAMES[found]}, a slot-flag store: use --target {found}:file:{path}")
     name = f"shmspec_target_{uuid.uuid4().hex[:8]}"
     saved = {k: sys.modules.get(k) for k in ("torch", "vllm", "vllm.logger", name)}
     stand_ins = _stand_ins()
@@ -333,15 +346,16 @@ def pick_wheel(files: list[dict]) -> dict | None:
     return max(wheels, key=score)
 
 
-def index_releases(index: str | None = None) -> dict[str, list[dict]]:
-    """Every vLLM release on the index and its files, from the JSON API's
-    project page ``<index>/vllm/json`` (its ``releases`` map; each file's
+def index_releases(index: str | None = None, project: str = "vllm") -> dict[str, list[dict]]:
+    """Every release of ``project`` (default vLLM; ``sglang`` for its fork
+    of the queue) on the index and its files, from the JSON API's project
+    page ``<index>/<project>/json`` (its ``releases`` map; each file's
     ``url`` made absolute, as PyPI may give it relative to that page).
 
     Raises:
         TargetError: the JSON API is unreachable or has no ``releases``.
     """
-    url = f"{(index or index_url()).rstrip('/')}/vllm/json"
+    url = f"{(index or index_url()).rstrip('/')}/{project}/json"
     data = get_json(url)
     releases = data.get("releases")
     if not isinstance(releases, dict):
@@ -350,8 +364,8 @@ def index_releases(index: str | None = None) -> dict[str, list[dict]]:
             for v, fs in releases.items() if isinstance(fs, list)}
 
 
-def _store_path(version: str, member: str = STORE_FILE) -> Path:
-    return cache_dir() / "vllm" / version / member.rsplit("/", 1)[-1]
+def _store_path(version: str, member: str = STORE_FILE, project: str = "vllm") -> Path:
+    return cache_dir() / project / version / member.rsplit("/", 1)[-1]
 
 
 def _record_path(dest: Path) -> Path:
@@ -371,7 +385,7 @@ def _check_version(version: str, member: str = STORE_FILE) -> None:
 
 
 def fetch_store(version: str, files: list[dict] | None = None, index: str | None = None,
-                member: str = STORE_FILE) -> tuple[Path, dict]:
+                member: str = STORE_FILE, project: str = "vllm") -> tuple[Path, dict]:
     """The store file of vLLM ``version`` (or another ``member`` of its
     wheel, e.g. ``vllm/distributed/device_communicators/shm_tensor_arena.py``,
     cached as ``vllm/<version>/<file name>``) and how it was obtained.
@@ -384,14 +398,19 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
     records were kept), ``wheel`` (file name), ``wheel_bytes``,
     ``bytes_fetched`` and ``requests`` (range: what went over the wire), and
     ``cached`` (true: nothing was fetched now).  The record of a member
-    other than the store file is ``<file name>.fetch.json``.
+    other than the store file is ``<file name>.fetch.json``.  ``project``:
+    another package's wheel (``sglang``: its ``shm_broadcast.py``), cached
+    as ``<project>/<version>/<file name>``.
 
     Raises:
         NoStoreFile: the release has no wheel, or its wheel lacks the file.
         TargetError: bad version, or neither the range fetch nor pip worked.
     """
-    _check_version(version, member)
-    dest = _store_path(version, member)
+    if project == "vllm":
+        _check_version(version, member)
+    elif not re.fullmatch(r"\d+(\.\d+)*((a|b|rc)\d+)?(\.post\d+)?", version):
+        raise TargetError(f"not a {project} release number: {version!r}")
+    dest = _store_path(version, member, project)
     record_path = _record_path(dest)
     if dest.is_file():
         try:
@@ -401,12 +420,12 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
         return dest, {**record, "cached": True}
     try:
         if files is None:
-            files = index_releases(index).get(version)
+            files = index_releases(index, project).get(version)
             if files is None:
-                raise TargetError(f"vllm=={version} is not on the index")
+                raise TargetError(f"{project}=={version} is not on the index")
         wheel = pick_wheel(files)
         if wheel is None:
-            raise NoStoreFile(f"vllm=={version} has no wheel on the index")
+            raise NoStoreFile(f"{project}=={version} has no wheel on the index")
         data, raw = read_remote_member(wheel["url"], member)
         record = {"method": "range", "wheel": wheel["filename"], "wheel_bytes": raw.size,
                   "bytes_fetched": raw.bytes_fetched, "requests": raw.requests}
@@ -414,11 +433,11 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
         raise
     except TargetError as first:
         try:
-            data, wheel_name, wheel_bytes = _pip_fetch(version, member)
+            data, wheel_name, wheel_bytes = _pip_fetch(version, member, project)
         except NoStoreFile:
             raise
         except TargetError as second:
-            raise TargetError(f"cannot fetch vllm=={version}: {first}; pip fallback: {second}") from None
+            raise TargetError(f"cannot fetch {project}=={version}: {first}; pip fallback: {second}") from None
         record = {"method": "pip", "wheel": wheel_name, "wheel_bytes": wheel_bytes, "bytes_fetched": wheel_bytes,
                   "requests": None, "range_error": str(first)}
     dest.parent.mkdir(parents=True, exist_ok=True)
@@ -433,7 +452,7 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
     return dest, {**record, "cached": False}
 
 
-def _pip_fetch(version: str, member: str = STORE_FILE) -> tuple[bytes, str, int]:
+def _pip_fetch(version: str, member: str = STORE_FILE, project: str = "vllm") -> tuple[bytes, str, int]:
     """The bytes of ``member`` (default: the store file), the wheel's name and size, by ``pip download``
     of the whole wheel into a temporary directory.
 
@@ -443,20 +462,20 @@ def _pip_fetch(version: str, member: str = STORE_FILE) -> tuple[bytes, str, int]
     """
     with tempfile.TemporaryDirectory(prefix="shmspec-wheel-") as tmp:
         cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--only-binary=:all:",
-               "--disable-pip-version-check", "-q", "-d", tmp, f"vllm=={version}"]
+               "--disable-pip-version-check", "-q", "-d", tmp, f"{project}=={version}"]
         try:
             proc = subprocess.run(cmd, capture_output=True, text=True, timeout=900)
         except subprocess.TimeoutExpired:
-            raise TargetError(f"pip download vllm=={version} timed out (registry unreachable?)") from None
-        wheels = list(Path(tmp).glob("vllm-*.whl"))
+            raise TargetError(f"pip download {project}=={version} timed out (registry unreachable?)") from None
+        wheels = list(Path(tmp).glob(f"{project.replace('-', '_')}-*.whl"))
         if proc.returncode != 0 or not wheels:
             last = (proc.stderr.strip().splitlines() or ["no output"])[-1]
-            raise TargetError(f"cannot fetch vllm=={version} from the package registry: {last}")
+            raise TargetError(f"cannot fetch {project}=={version} from the package registry: {last}")
         with zipfile.ZipFile(wheels[0]) as zf:
             try:
                 return zf.read(member), wheels[0].name, wheels[0].stat().st_size
             except KeyError:
-                raise NoStoreFile(f"vllm=={version} does not ship {member}") from None
+                raise NoStoreFile(f"{project}=={version} does not ship {member}") from None
 
 
 def fetch_vllm(version: str) -> Path:
@@ -495,4 +514,4 @@ def load_target(spec: "str | LoadedTarget") -> LoadedTarget:
         version = spec[6:]
         path = fetch_vllm(version)
         return load_file(path, spec, profile_for_vllm(version))
-    raise TargetError(f"unknown target {spec!r}: use impl, file:PATH or vllm==X.Y.Z")
+    raise TargetError(f"unknown target {spec!r}: {TARGET_FORMS}")

@@ -232,9 +232,111 @@ class _PermissiveModule(ModuleType):
     def __getattr__(self, name: str):
         if name.startswith("__"):
             raise AttributeError(name)
-        value = _Placeholder(f"{self.__name__}.{name}")
+        qual = f"{self.__name__}.{name}"
+        value = _HELPERS.get(qual) or _Placeholder(qual)
+        if self.__name__.split(".")[0] in _RECORDED[-1:] and not isinstance(value, ModuleType):
+            _STOOD_IN.append(qual)
         setattr(self, name, value)
         return value
+
+
+# ---- another project's own helpers (SGLang's fork of the queue, ...) --------------
+
+class _EnvStandIn:
+    """A project's environment-variable registry (SGLang's ``envs``): every
+    variable is unset (``get()`` and ``value`` are None)."""
+
+    def __getattr__(self, name: str):
+        if name.startswith("__"):
+            raise AttributeError(name)
+        return types.SimpleNamespace(get=lambda: None, value=None, name=name)
+
+
+class _NetworkAddress:
+    """SGLang's ``NetworkAddress(host, port)``: ``is_ipv6`` and ``to_tcp()``."""
+
+    def __init__(self, host: str, port: int):
+        self.host, self.port = host, port
+        self.is_ipv6 = ":" in host
+
+    def to_tcp(self) -> str:
+        return f"tcp://[{self.host}]:{self.port}" if self.is_ipv6 else f"tcp://{self.host}:{self.port}"
+
+
+def _open_port() -> int:
+    import socket
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+_HELPERS: dict[str, Any] = {
+    "sglang.srt.environ.envs": _EnvStandIn(),
+    "sglang.srt.utils.network.NetworkAddress": _NetworkAddress,
+    "sglang.srt.utils.network.get_local_ip_auto": lambda fallback=None: "127.0.0.1",
+    "sglang.srt.utils.network.get_open_port": _open_port,
+    "sglang.srt.utils.network.get_ip": lambda: "127.0.0.1",
+    "sglang.srt.utils.stale_shm_cleanup.make_shm_name": lambda prefix="shm": f"psm_{prefix}_{uuid.uuid4().hex[:12]}",
+}
+"""What a project's own helpers must do for the protocol to run (the
+others it imports resolve to placeholders that raise when called)."""
+_RECORDED: list[str] = []
+"""The project roots whose names the load in progress records (a stack of one)."""
+_STOOD_IN: list[str] = []
+"""The project names the load in progress stood in for."""
+
+
+def project_roots(paths: list[Path], real: tuple[str, ...] = ()) -> tuple[str, ...]:
+    """The top-level packages a file imports that are neither the standard
+    library, nor the stand-ins' (torch, numpy, zmq, vllm), nor installed
+    here: the file's own project (``sglang`` for SGLang's copy), whose
+    helpers the loader stands in for."""
+    import ast
+
+    roots: list[str] = []
+    for p in paths:
+        try:
+            tree = ast.parse(p.read_text())
+        except (OSError, SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module] if isinstance(node, ast.ImportFrom) and node.level == 0 and node.module else [])
+            for n in names:
+                root = n.split(".")[0]
+                if root in roots or root in _STANDIN_ROOTS or root in real or root in sys.stdlib_module_names:
+                    continue
+                try:
+                    found = importlib.util.find_spec(root) is not None
+                except (ImportError, ValueError):
+                    found = False
+                if not found:
+                    roots.append(root)
+    return tuple(roots)
+
+
+def store_kind(path: Path) -> str | None:
+    """Which store a source file holds, by its class definitions:
+    ``ringbuffer`` (vLLM's object store), ``arena``, ``queue``, or None."""
+    import re
+
+    try:
+        text = Path(path).read_text(errors="replace")
+    except OSError:
+        return None
+    if re.search(r"^class SingleWriterShmObjectStorage\b", text, re.MULTILINE):
+        return "ringbuffer"
+    if re.search(r"^class ShmTensorArena\b", text, re.MULTILINE):
+        return "arena"
+    if re.search(r"^class (MessageQueue|ShmRingBuffer|ShmRingBufferIO)\b", text, re.MULTILINE):
+        return "queue"
+    return None
+
+
+STORE_NAMES = {"ringbuffer": "the object store (SingleWriterShmObjectStorage)",
+               "arena": "the tensor arena (ShmTensorArena)",
+               "queue": "the broadcast queue (MessageQueue / ShmRingBuffer)"}
 
 
 class _StandInFinder(importlib.abc.MetaPathFinder, importlib.abc.Loader):
@@ -310,6 +412,9 @@ class SlotFiles:
     arena: ModuleType | None
     broadcast_path: Path
     arena_path: Path | None
+    stood_in: tuple[str, ...] = ()
+    """The file's own project's names the loader stood in for (SGLang's
+    ``sglang.srt.utils.network.get_open_port``, ...; :func:`project_roots`)."""
 
 
 def _exec(name: str, path: Path, key: str) -> ModuleType:
@@ -329,7 +434,9 @@ def _exec(name: str, path: Path, key: str) -> ModuleType:
 
 def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real: tuple[str, ...] = ()) -> SlotFiles:
     """Execute ``shm_broadcast.py`` (and ``shm_tensor_arena.py``, which
-    imports it by its vLLM name) under the stand-ins, in isolation.
+    imports it by its vLLM name) under the stand-ins, in isolation.  A
+    file of another project (SGLang's copy) has its own helper imports
+    stood in for (:func:`project_roots`; listed in ``stood_in``).
     ``real``: the roots the file gets for real instead (``("zmq",)``: pyzmq,
     for the deployed construction, :mod:`shmspec.conformance.protocols.slots.deployed`).
 
@@ -345,8 +452,11 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real
         for r in real:  # imported for good: one copy of pyzmq in the process, the target's and ours
             importlib.import_module(r)
         before = dict(sys.modules)
-        roots = tuple(r for r in _STANDIN_ROOTS if r not in real)
+        project = project_roots(paths, real)
+        roots = tuple(r for r in _STANDIN_ROOTS if r not in real) + project
         finder = _StandInFinder(roots)
+        _RECORDED[:] = list(project)
+        _STOOD_IN.clear()
         for k in before:  # a real torch/numpy/zmq/vllm in this process is not what the file gets
             if k.split(".")[0] in roots:
                 del sys.modules[k]
@@ -359,6 +469,8 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real
             b = _exec(BROADCAST_MODULE, paths[0], "shm_broadcast.py")
             a = _exec(ARENA_MODULE, paths[1], "shm_tensor_arena.py") if arena is not None else None
         finally:
+            stood_in = list(dict.fromkeys(_STOOD_IN))
+            _RECORDED.clear()
             sys.meta_path.remove(finder)
             for k in list(sys.modules):
                 if k not in before or sys.modules[k] is not before[k]:
@@ -367,7 +479,7 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real
     for mod, cls in ((b, "ShmRingBuffer"), (b, _queue_class(b)), (a, "ShmTensorArena")):
         if mod is not None and not isinstance(getattr(mod, cls, None), type):
             raise TargetError(f"{mod.__file__} does not define {cls}")
-    return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None)
+    return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None, tuple(stood_in))
 
 
 # ---- building the stores as vLLM does --------------------------------------------

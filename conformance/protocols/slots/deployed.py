@@ -303,10 +303,14 @@ def queue_api(target: Any) -> Any:
             ring.get_metadata = get_metadata
             # a reader's idle park on the notify socket is the one wait outside the flags: the scheduler
             # interleaves instead (its busy path, sched_yield, is what runs)
-            loaded.broadcast.SpinCondition.wait = lambda self, timeout_ms=None: None
+            if hasattr(loaded.broadcast, "SpinCondition"):
+                loaded.broadcast.SpinCondition.wait = lambda self, timeout_ms=None: None
 
         api = SimpleNamespace(MessageQueue=loaded.broadcast.MessageQueue, Handle=loaded.broadcast.Handle, row=row,
-                              instrument=instrument)
+                              instrument=instrument, ring=loaded.broadcast.ShmRingBuffer)
+    import inspect
+
+    api.timeouts = "timeout" in inspect.signature(api.MessageQueue.enqueue).parameters
     object.__setattr__(target, "_deployed_api", api)
     return api
 
@@ -369,7 +373,33 @@ def _arm(api: Any, gate: Any) -> None:
 
 
 def _handle_json(handle: Any) -> dict[str, Any]:
-    return {f.name: getattr(handle, f.name) for f in fields(handle)}
+    """The writer's handle as plain data (the target's ``Handle`` class lives
+    in a module loaded in isolation, so it does not pickle by reference): a
+    field holding the ring itself (SGLang's ``buffer``) becomes
+    ``{"ring": the arguments it pickles with}``; ``segment`` names the
+    ring's segment."""
+    out: dict[str, Any] = {}
+    for f in fields(handle):
+        v = getattr(handle, f.name)
+        if hasattr(v, "shared_memory") and hasattr(v, "max_chunks"):  # the ring: rebuilt by name, as it pickles
+            v = {"ring": list(v.__reduce__()[1])}
+        out[f.name] = v
+    ring = out.get("buffer")
+    seg = out.get("buffer_handle") or (ring.get("ring") if isinstance(ring, dict) else None)
+    out["segment"] = seg[-1] if seg else None
+    return out
+
+
+def _handle_of(api: Any, data: dict[str, Any]) -> Any:
+    """The target's ``Handle`` rebuilt from :func:`_handle_json`'s data."""
+    names = {f.name for f in fields(api.Handle)}
+    kw = {k: v for k, v in data.items() if k in names}
+    for k, v in kw.items():
+        if isinstance(v, dict) and "ring" in v:
+            kw[k] = api.ring(*v["ring"])
+        elif isinstance(v, list) and k == "buffer_handle":
+            kw[k] = tuple(v)
+    return api.Handle(**kw)
 
 
 # ---- the processes -----------------------------------------------------------------
@@ -387,19 +417,20 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
         mq.wait_until_ready()
         _arm(api, gate)
         conn.send(("ready", time.monotonic()))
-        events: list[tuple] = []
+        events = _Stream(conn)
         for seq, kind in enumerate(plan(dep)):
             msg = message(dep, seq, kind)
             if dep.fault == "writer-killed-mid-write" and seq == dep.at:
-                with mq.acquire_write(dep.timeout) as buf:  # claimed; half of a message copied, then killed
+                with mq.acquire_write(**_kw(api, dep.timeout)) as buf:  # claimed; half a message copied; killed
                     half = os.urandom(min(4096, len(buf) // 2))
                     buf[0:len(half)] = half
-                    conn.send(("dying", seq, time.monotonic(), events))
+                    conn.send(("dying", seq, time.monotonic()))
                     os.kill(os.getpid(), signal.SIGKILL)
             while True:
                 t0 = time.monotonic()
+                conn.send(("begin", seq, t0))
                 try:
-                    mq.enqueue(msg, timeout=dep.waits)
+                    mq.enqueue(msg, **_kw(api, dep.waits))
                 except TimeoutError as exc:
                     row = list(api.row(mq))
                     missing = [r for r in range(dep.local) if row[0] and not row[1 + r]]
@@ -419,7 +450,7 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
             if events[-1][0] != "sent":
                 break
         _arm(None, None)
-        conn.send(("done", events))
+        conn.send(("done",))
         conn.recv()  # stay up (sockets open) until every reader has reported
         del mq
         _close(holder)
@@ -429,6 +460,25 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
         except Exception:  # noqa: BLE001
             pass
     os._exit(0)
+
+
+class _Stream(list):
+    """A process's events, each sent to the controller as it happens (so a
+    process that blocks for ever, or is killed, still leaves its history)."""
+
+    def __init__(self, conn: Any):
+        super().__init__()
+        self.conn = conn
+
+    def append(self, e: tuple) -> None:
+        super().append(e)
+        self.conn.send(("event", e))
+
+
+def _kw(api: Any, timeout: float | None) -> dict[str, Any]:
+    """The timeout argument, for a queue whose calls take one (vLLM >= 0.6.5,
+    impl); a queue without (SGLang's, vLLM's before 0.6.5) waits for ever."""
+    return {"timeout": timeout} if api.timeouts else {}
 
 
 def _close(holder: list[Any]) -> None:
@@ -474,11 +524,11 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
     _untracked()
     try:
         api = queue_api(target)
-        holder = [api.MessageQueue.create_from_handle(api.Handle(**handle), rank)]
+        holder = [api.MessageQueue.create_from_handle(_handle_of(api, handle), rank)]
         mq = holder[0]
         mq.wait_until_ready()
         _arm(api, gate)
-        events: list[tuple] = []
+        events = _Stream(conn)
         kept: list[tuple[int, Any, str]] = []
         total = dep.messages if not dep.fault else None
         deadline = time.monotonic() + REPORT_TIMEOUT_S
@@ -490,7 +540,7 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                 os.kill(os.getpid(), signal.SIGKILL)
             t0 = time.monotonic()
             try:
-                obj = mq.dequeue(timeout=POLL_S if dep.fault else dep.waits)
+                obj = mq.dequeue(**_kw(api, POLL_S if dep.fault else dep.waits))
             except SchedulerStop as exc:
                 events.append(("stopped", len(events), t0, time.monotonic(), str(exc)))
                 break
@@ -520,7 +570,7 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
         if dep.fault and events and events[-1][0] == "recv":  # nothing more may come: the wait must end
             t0 = time.monotonic()
             try:
-                obj = mq.dequeue(timeout=POLL_S)
+                obj = mq.dequeue(**_kw(api, POLL_S))
                 final = ("extra", t0, time.monotonic(), repr(obj[:3]) if isinstance(obj, tuple) else repr(obj)[:80])
             except TimeoutError:
                 final = ("timeout", t0, time.monotonic())
@@ -528,7 +578,7 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                 final = ("error", t0, time.monotonic(), f"{type(exc).__name__}: {exc}")
         changed = [seq for seq, body, want in kept if digest(body) != want]
         _arm(None, None)
-        conn.send(("done", events, final, changed))
+        conn.send(("done", final, changed))
         kept.clear()  # an array aliasing the ring would keep its mapping from closing
         obj = body = None
         del mq
@@ -615,13 +665,28 @@ def run(target: Any, dep: Deployment) -> Outcome:
             raise RuntimeError(f"the queue did not become ready: {got[1] if got else 'no report'}")
         dead: set[int] = set()
         victim = f"r{dep.victim + 1}"
+        bounded = queue_api(target).timeouts
+        streams: dict[str, list] = {label: [] for label in conns}
         if dep.schedule is not None:
-            _schedule(out, dep, {"writer": wconn, **conns}, gates)
-        while dep.schedule is None:  # the writer's reports: done, dying, or a wait to judge
-            got = _recv(wconn, REPORT_TIMEOUT_S)
+            _schedule(out, dep, {"writer": wconn, **conns}, gates, streams)
+        while dep.schedule is None:  # the writer's reports: events, done, dying, or a wait to judge
+            quiet = (not bounded and dep.fault.startswith("reader-killed") and not procs[victim].is_alive())
+            got = _recv(wconn, QUIET_S if quiet else REPORT_TIMEOUT_S)
             if got is None:
-                out.failures["writer"] = f"no report within {REPORT_TIMEOUT_S:g} s"
+                begun = [n for n in out.notes if n[0] == "begin"]
+                seq = begun[-1][1] if begun else 0
+                if quiet:  # blocked on the dead reader's chunk, and the call takes no timeout
+                    out.notes.append(("blocked", "writer", seq, time.monotonic()))
+                    writer.kill()
+                else:
+                    out.failures["writer"] = f"no report within {REPORT_TIMEOUT_S:g} s"
                 break
+            if got[0] == "event":
+                out.writer.append(got[1])
+                continue
+            if got[0] == "begin":
+                out.notes.append(("begin", got[1], got[2]))
+                continue
             if got[0] == "waiting":
                 _, seq, missing = got
                 if dep.fault.startswith("reader-killed") and not procs[victim].is_alive():
@@ -633,35 +698,48 @@ def run(target: Any, dep: Deployment) -> Outcome:
                 wconn.send("retry" if retry else "stop")
                 continue
             if got[0] == "dying":
-                _, seq, t, events = got
-                out.writer, out.writer_died_at = events, seq
+                _, seq, t = got
+                out.writer_died_at = seq
                 writer.join(REPORT_TIMEOUT_S)
                 out.notes.append(("writer-killed", seq, t))
                 break
             if got[0] == "failed":
                 out.failures["writer"] = got[1]
-                break
-            out.writer = got[1]
             break
         sent = sum(1 for e in out.writer if e[0] == "sent")
         for label, c in conns.items():
-            if dep.fault:
+            if dep.fault and bounded:
                 try:
                     c.send(sent)
                 except (BrokenPipeError, OSError):
                     pass
+        quiet_until = time.monotonic() + QUIET_S  # one window for every reader at once
         for label, c in conns.items():
             if label in out.readers or label in out.failures:  # (reported under the schedule)
                 continue
-            got = _recv(c, REPORT_TIMEOUT_S)
-            if got is None:
-                if procs[label].is_alive():
-                    out.failures[label] = f"no report within {REPORT_TIMEOUT_S:g} s"
-                continue
-            if got[0] == "failed":
-                out.failures[label] = got[1]
-            else:
-                out.readers[label] = got[1:]
+            while True:
+                have = sum(1 for e in streams[label] if e[0] == "recv")
+                # a reader whose dequeue takes no timeout, with nothing more to come, waits for ever
+                quiet = not bounded and bool(dep.fault) and have >= sent
+                got = _recv(c, max(0.05, quiet_until - time.monotonic()) if quiet else REPORT_TIMEOUT_S)
+                if got is None:
+                    if quiet and procs[label].is_alive():
+                        out.notes.append(("blocked", label, have, time.monotonic()))
+                        out.readers[label] = (list(streams[label]), None, [])
+                        procs[label].kill()
+                    elif procs[label].is_alive():
+                        out.failures[label] = f"no report within {REPORT_TIMEOUT_S:g} s"
+                    elif streams[label] and label != victim:
+                        out.readers[label] = (list(streams[label]), None, [])
+                    break
+                if got[0] == "event":
+                    streams[label].append(got[1])
+                    continue
+                if got[0] == "failed":
+                    out.failures[label] = got[1]
+                else:
+                    out.readers[label] = (list(streams[label]), *got[1:])
+                break
         if writer.is_alive():
             try:
                 wconn.send("exit")
@@ -691,11 +769,15 @@ AFTER_WRITER_STEPS = 400
 """Yield points the readers may take once the writer is done: a reader
 still waiting then waits for a message that never comes (it is stopped;
 its history shows what it missed)."""
+QUIET_S = 3.0
+"""After a fault, how long a process whose queue calls take no timeout may
+go without news before it counts as waiting for ever (LIVE) and is killed."""
 STUCK_S = 30.0
 """How long the scheduler waits for a process to reach its next yield point (seconds)."""
 
 
-def _schedule(out: Outcome, dep: Deployment, mains: dict[str, Any], gates: dict[str, Any]) -> None:
+def _schedule(out: Outcome, dep: Deployment, mains: dict[str, Any], gates: dict[str, Any],
+              streams: dict[str, list]) -> None:
     """Run the processes one yield point at a time (see :class:`Deployment`'s
     ``schedule``): wait until every process is at a yield point or done,
     pick the next one, let it run to its next point.  The process that ran
@@ -731,14 +813,16 @@ def _schedule(out: Outcome, dep: Deployment, mains: dict[str, Any], gates: dict[
                 except (EOFError, OSError):
                     running.discard(label)  # died (a reader killed by its tripwire: none under a schedule)
                     continue
+                if c is not gates[label] and msg[0] in ("event", "begin"):  # still running
+                    if msg[0] == "event":
+                        (out.writer if label == "writer" else streams[label]).append(msg[1])
+                    continue
                 running.discard(label)
                 if c is gates[label]:
                     at[label] = (*msg, time.monotonic())  # a store is visible from here on
-                elif msg[0] == "done" and label == "writer":
-                    out.writer = msg[1]
-                elif msg[0] == "done":
-                    out.readers[label] = msg[1:]
-                else:
+                elif msg[0] == "done" and label != "writer":
+                    out.readers[label] = (list(streams[label]), *msg[1:])
+                elif msg[0] != "done":
                     out.failures[label] = msg[1]
         if not at:
             return
@@ -776,10 +860,10 @@ def _clean_after_writer(handle: dict[str, Any], killed: bool) -> None:
     and after a kill its segment, so nothing is left behind."""
     import _posixshmem
 
-    bh = handle.get("buffer_handle")
-    if bh and killed:
+    seg = handle.get("segment")
+    if seg and killed:
         try:  # by name, without attaching: no resource tracker of ours learns of it
-            _posixshmem.shm_unlink(f"/{str(bh[-1]).lstrip('/')}")
+            _posixshmem.shm_unlink(f"/{str(seg).lstrip('/')}")
         except FileNotFoundError:
             pass
     for key in ("local_subscribe_addr", "local_notify_addr"):
@@ -852,6 +936,14 @@ def judge(out: Outcome) -> list[Step]:
             step(e[4], "writer", "enqueue", {"seq": seq, "kind": e[2]}, f"message {seq} sent", e[5],
                  [("PROG", f"the writer's enqueue of message {seq} raised {e[5]}")])
     for n in out.notes:
+        if n[0] == "blocked":
+            who = n[1]
+            what = (f"the writer's enqueue of message {n[2]}" if who == "writer" else
+                    f"{who}'s dequeue after message {n[2] - 1}")
+            step(n[3], who, "enqueue" if who == "writer" else "dequeue", {},
+                 "the wait ends with the queue's timeout", f"still waiting after {QUIET_S:g} s (killed)",
+                 [("LIVE", f"{what} waits for ever: the call takes no timeout"
+                           + (f" and {victim} is dead" if victim else " and the writer is dead"))])
         if n[0] == "point":
             _, label, op, slot, flag, value, t = n
             step(t, label, op, {"slot": slot, "flag": flag, **({"value": value} if op == "store" else {})},

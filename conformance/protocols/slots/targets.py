@@ -31,12 +31,14 @@ from ...targets import slotfiles
 from ...targets.loader import NoStoreFile, fetch_store
 
 KINDS = ("arena", "queue")
+SGLANG_BROADCAST_FILE = "sglang/srt/distributed/device_communicators/shm_broadcast.py"
+"""SGLang's copy of vLLM's queue (its header: adapted from vLLM 0.6.4), in its wheel."""
 
 
 @dataclass
 class SlotTarget:
     """A loaded slot-protocol target: ``kind`` (``arena``/``queue``),
-    ``origin`` (``vllm``, ``file`` or ``impl``), the loaded vLLM modules
+    ``origin`` (``vllm``, ``sglang``, ``file`` or ``impl``), the loaded vLLM modules
     (``files``; for an ``impl-file:`` target its module), and ``source``
     (the file judged)."""
 
@@ -46,6 +48,12 @@ class SlotTarget:
     files: Any = None
     source: Path | None = None
     contract: Any = None
+
+    @property
+    def stand_ins(self) -> tuple[str, ...]:
+        """The names of the file's own project the loader stood in for (reports list them)."""
+        return tuple(getattr(self.files, "stood_in", ()) or ())
+
     # the contract the model encodes: docs/slots.md, read from vLLM 0.33.0
     profile: Any = field(default_factory=lambda: SimpleNamespace(name="slots-0.33"))
 
@@ -85,17 +93,28 @@ def load(kind: str, spec: str) -> SlotTarget:
         broadcast, arena = fetch_files(spec.split("==", 1)[1], kind)
         files = slotfiles.load_slot_files(broadcast, arena)
         return SlotTarget(full, kind, "vllm", files, arena or broadcast)
+    if spec.startswith("sglang=="):
+        if kind == "arena":
+            raise TargetError("SGLang ships no tensor arena: use queue:sglang==X.Y.Z (or sglang-queue==X.Y.Z)")
+        path, _ = fetch_store(spec.split("==", 1)[1], member=SGLANG_BROADCAST_FILE, project="sglang")
+        return SlotTarget(full, kind, "sglang", slotfiles.load_slot_files(path), path)
     if spec.startswith("impl-file:"):
         return SlotTarget(full, kind, "impl", _load_impl_file(Path(spec[10:]), kind), Path(spec[10:]))
     if spec.startswith("file:"):
         path = Path(spec[5:])
+        found = slotfiles.store_kind(path) if path.is_file() else None
+        if found is not None and found != kind:
+            use = "file:" if found == "ringbuffer" else f"{found}:file:"
+            raise TargetError(f"{path} holds {slotfiles.STORE_NAMES[found]}, not {slotfiles.STORE_NAMES[kind]}: "
+                              f"use --target {use}{path}")
         if kind == "arena":
             files = slotfiles.load_slot_files(path.with_name("shm_broadcast.py"), path)
         else:
             files = slotfiles.load_slot_files(path)
         return SlotTarget(full, kind, "file", files, path)
-    raise TargetError(f"unknown {kind} target {spec!r}: use {kind}:impl, {kind}:vllm==X.Y.Z, {kind}:file:PATH or "
-                      f"{kind}:impl-file:PATH"
+    raise TargetError(f"unknown {kind} target {spec!r}: use {kind}:impl, {kind}:vllm==X.Y.Z, "
+                      + ("" if kind == "arena" else "queue:sglang==X.Y.Z, ")
+                      + f"{kind}:file:PATH or {kind}:impl-file:PATH"
                       + (" (a shm_tensor_arena.py with shm_broadcast.py beside it)" if kind == "arena" else
                          " (a shm_broadcast.py)"))
 
@@ -279,4 +298,4 @@ class _CallerError(Exception):
     """The exception a session raises inside a block (a caller's failure)."""
 
 
-__all__ = ["ArenaDriver", "KINDS", "NoStoreFile", "QueueDriver", "SlotTarget", "fetch_files", "load"]
+__all__ = ["ArenaDriver", "KINDS", "SGLANG_BROADCAST_FILE", "NoStoreFile", "QueueDriver", "SlotTarget", "fetch_files", "load"]

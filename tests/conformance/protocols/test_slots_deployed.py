@@ -33,7 +33,7 @@ def _left_behind(out: D.Outcome) -> list[str]:
     """What the run's writer made and is still there: its segment, its ipc
     socket files, the processes' log."""
     h = out.handle or {}
-    paths = [f"/dev/shm/{h['buffer_handle'][-1]}"] if h.get("buffer_handle") else []
+    paths = [f"/dev/shm/{h['segment']}"] if h.get("segment") else []
     paths += [h[k][6:] for k in ("local_subscribe_addr", "local_notify_addr") if (h.get(k) or "").startswith("ipc://")]
     return [p for p in paths + ([out.log] if out.log else []) if os.path.exists(p)]
 
@@ -114,7 +114,7 @@ def test_the_gate_runs_the_deployed_construction_and_names_it(tmp_path):
 def test_a_killed_writers_segment_and_sockets_are_removed():
     out = D.run(_target("vllm-queue==0.33.0"), D.Deployment(fault="writer-killed-mid-write", at=2, timeout=0.5))
     assert out.exitcodes["writer"] == -9
-    assert out.handle["buffer_handle"] and _left_behind(out) == []
+    assert out.handle["segment"] and _left_behind(out) == []
 
 
 def _controlled(spec: str):
