@@ -146,6 +146,8 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
                     help="whose store: the object store (default), the slot-flag arena (shm_tensor_arena.py) or "
                          "queue (shm_broadcast.py)")
+    mx.add_argument("--project", default="vllm", choices=("vllm", "sglang"),
+                    help="whose releases: vLLM's (default), or SGLang's fork of the queue (with --protocol queue)")
     mx.add_argument("--since", default=None,
                     help="first release with --releases all/newest (default: the first shipping the protocol's "
                          "file: 0.11.0, arena 0.32.0, queue 0.5.0)")

@@ -87,16 +87,29 @@ class MatrixProtocol:
     target_prefix: str
     columns: tuple[str, ...]
     impl_cells: tuple[tuple[str, str, str, bool], ...]
+    project: str = "vllm"
+    """Whose releases: ``vllm``, or ``sglang`` (its fork of the queue)."""
 
     def model_profile(self, version: str) -> str:
         return profile_for_vllm(version).name if self.name == "ringbuffer" else "slots-0.33"
 
 
-def matrix_protocol(name: str = "ringbuffer") -> MatrixProtocol:
-    """The matrix's view of protocol ``name`` (``ringbuffer``, ``arena``, ``queue``).
+def matrix_protocol(name: str = "ringbuffer", project: str = "vllm") -> MatrixProtocol:
+    """The matrix's view of protocol ``name`` (``ringbuffer``, ``arena``,
+    ``queue``) over ``project``'s releases (``vllm``; ``sglang``: the queue only).
 
     Raises:
-        ValueError: another name."""
+        ValueError: another name, or a project that does not ship the protocol's store."""
+    if project not in ("vllm", "sglang"):
+        raise ValueError(f"the matrix knows the projects vllm and sglang, not {project!r}")
+    if project == "sglang":
+        if name != "queue":
+            raise ValueError(f"SGLang ships only the queue (--protocol queue), not the {name}")
+        from ..protocols import get
+        from ..protocols.slots.targets import SGLANG_BROADCAST_FILE
+
+        return MatrixProtocol(name, (SGLANG_BROADCAST_FILE,), "0.1.0", "sglang-queue==", get(name).property_ids,
+                              (("impl-queue", "impl-queue", "impl-queue", False),), "sglang")
     if name == "ringbuffer":
         return MatrixProtocol(name, (STORE_FILE,), FIRST_RELEASE, "vllm==", ALL_PROPERTIES,
                               (("impl", "impl", "impl", False), ("impl +writer lock", "impl", "impl-writer-lock",
@@ -118,10 +131,12 @@ ring is older (releases without the file are listed as such)."""
 
 
 def version_key(v: str) -> tuple[int, ...]:
-    """``"0.11.2"`` -> ``(0, 11, 2)``.  Raises ValueError if not plain X.Y.Z."""
-    if not re.fullmatch(r"\d+\.\d+\.\d+", v):
+    """``"0.11.2"`` -> ``(0, 11, 2, -1)``; a post release ``"0.4.3.post2"``
+    -> ``(0, 4, 3, 2)`` (after its release).  Raises ValueError otherwise."""
+    m = re.fullmatch(r"(\d+)\.(\d+)\.(\d+)(?:\.post(\d+))?", v)
+    if not m:
         raise ValueError(f"not a release number X.Y.Z: {v!r}")
-    return tuple(int(p) for p in v.split("."))
+    return (int(m[1]), int(m[2]), int(m[3]), int(m[4]) if m[4] is not None else -1)
 
 
 @dataclass
@@ -161,7 +176,7 @@ class Resolution:
 
 
 def select_versions(releases: dict[str, list[dict]], which: str = "all", since: str = FIRST_RELEASE,
-                    first: str = FIRST_RELEASE) -> list[str]:
+                    first: str = FIRST_RELEASE, posts: bool = False) -> list[str]:
     """The releases to run, ascending.  ``which``: ``all`` (every plain X.Y.Z
     release from ``since``, never before 0.11.0), ``newest`` (the newest of
     those) or a comma list of X.Y.Z (each must be on the index; ``since`` does
@@ -182,11 +197,12 @@ def select_versions(releases: dict[str, list[dict]], which: str = "all", since: 
                 raise ValueError(f"vllm {v} is not on the index")
         return chosen
     floor = max(version_key(since), version_key(first))
-    plain = sorted((v for v in releases if re.fullmatch(r"\d+\.\d+\.\d+", v) and version_key(v) >= floor),
+    pattern = r"\d+\.\d+\.\d+(\.post\d+)?" if posts else r"\d+\.\d+\.\d+"
+    plain = sorted((v for v in releases if re.fullmatch(pattern, v) and version_key(v) >= floor),
                    key=version_key)
     if not plain:
-        raise ValueError(f"no release selected: the index lists no vLLM release X.Y.Z from "
-                         f"{'.'.join(map(str, floor))} (--since {since})")
+        raise ValueError(f"no release selected: the index lists no release X.Y.Z from "
+                         f"{'.'.join(map(str, floor[:3]))} (--since {since})")
     return plain[-1:] if which == "newest" else plain
 
 
@@ -203,7 +219,8 @@ def label_runs(versions: list[str], ordered: list[str]) -> str:
 
 
 def resolve(which: str = "all", since: str | None = FIRST_RELEASE, index: str | None = None,
-            on_release: Callable[[int, int, str], None] | None = None, protocol: str = "ringbuffer") -> Resolution:
+            on_release: Callable[[int, int, str], None] | None = None, protocol: str = "ringbuffer",
+            project: str = "vllm") -> Resolution:
     """List the releases on the index, fetch (or reuse) each store file and
     group them.  ``on_release(i, total, version)`` before each fetch.
 
@@ -211,9 +228,10 @@ def resolve(which: str = "all", since: str | None = FIRST_RELEASE, index: str | 
         TargetError: the index cannot be listed.
         ValueError: a bad ``which`` or ``since``.
     """
-    mp = matrix_protocol(protocol)
-    releases = index_releases(index)
-    res = Resolution(select_versions(releases, which, since or mp.first_release, mp.first_release), protocol=mp)
+    mp = matrix_protocol(protocol, project)
+    releases = index_releases(index, mp.project)
+    res = Resolution(select_versions(releases, which, since or mp.first_release, mp.first_release,
+                                     posts=mp.project != "vllm"), protocol=mp)
     by_key: dict[tuple[str, str], Group] = {}
     for i, v in enumerate(res.versions):
         if on_release:
@@ -222,12 +240,12 @@ def resolve(which: str = "all", since: str | None = FIRST_RELEASE, index: str | 
             res.without_store.append({"version": v, "reason": "no files on the index"})
             continue
         try:
-            fetched = [fetch_store(v, releases[v], index, member) for member in mp.members]
+            fetched = [fetch_store(v, releases[v], index, member, mp.project) for member in mp.members]
         except NoStoreFile as exc:
             res.without_store.append({"version": v, "reason": str(exc)})
             continue
         except TargetError as exc:
-            res.errors.append(f"vllm {v}: {exc}")
+            res.errors.append(f"{mp.project} {v}: {exc}")
             continue
         path, record = fetched[0]
         res.fetches.append({"version": v, **record})
@@ -429,6 +447,12 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
                "report": f"{dirname}/report.html" if has_report else None,
                "report_json": f"{dirname}/report.json" if has_report else None,
                "log": f"{dirname}/check.log"}
+        if mp.name != "ringbuffer":  # the fences read from the file, and the model's verdict per store order
+            from ..protocols.slots import fences
+
+            source = next((g.source for g in res.groups if g.dirname == dirname), None)
+            row["memory_order"] = (fences.memory_order(source, mp.name) if source is not None else
+                                   fences.memory_order(None, mp.name, fences.IMPL_FENCES))
         out.rows.append(row)
         if on_done:
             on_done(row)
@@ -451,13 +475,21 @@ def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Tabl
     concurrency = res.concurrency or "the profile's"
     columns = res.resolution.protocol.columns
     what = "" if res.resolution.protocol.name == "ringbuffer" else f" ({res.resolution.protocol.name})"
-    t = Table(title=f"shmspec matrix{what}: vLLM releases x properties (gate profile {res.profile}, concurrency "
+    who = "SGLang" if res.resolution.protocol.project == "sglang" else "vLLM"
+    t = Table(title=f"shmspec matrix{what}: {who} releases x properties (gate profile {res.profile}, concurrency "
                     f"{concurrency}, seed {seed})", title_justify="left")
     t.add_column("releases", overflow="fold", min_width=13)
     t.add_column("model", no_wrap=True)
     t.add_column("verdict", no_wrap=True)
     for p in columns:
         t.add_column(p, no_wrap=True, justify="center")
+    orders = res.resolution.protocol.name != "ringbuffer"
+    if orders:  # the memory-order column: fences read from the file, the model's verdict under TSO and PSO
+        from ..protocols.slots import fences as _fences
+
+        t.add_column("fences", no_wrap=True)
+        t.add_column("TSO", no_wrap=True)
+        t.add_column("PSO", no_wrap=True)
     t.add_column("gate s", justify="right", no_wrap=True)
     for i, row in enumerate(res.rows):
         link = f"{link_root}{row['report']}" if link_root is not None and row["report"] else None
@@ -468,6 +500,9 @@ def matrix_table(res: MatrixResult, link_root: Path | str | None = None) -> Tabl
         verdict = styled(row["verdict"], VERDICT_STYLE.get(row["verdict"], ""))
         cells = [styled(*CELL_STYLE.get(row["properties"].get(p, "not-checked"), ("?", ""))) for p in columns]
         secs = "-" if row["seconds"] is None else f"{row['seconds']:.0f}"
+        if orders:
+            mo = row.get("memory_order") or {}
+            cells += [", ".join(mo.get("fences") or []) or "none", _fences.cell(mo, "tso"), _fences.cell(mo, "pso")]
         t.add_row(styled(row["label"], ""), row["model_profile"], verdict, *cells, secs,
                   end_section=(i + 1 < len(res.rows) and res.rows[i + 1]["releases"] == ["impl"]))
     return t
@@ -484,7 +519,7 @@ def summary_lines(res: MatrixResult) -> list[str]:
     lines = [f"{n_rel} release(s) in {n_groups} group(s) of identical store files; wall time {res.seconds:.0f} s",
              fetches_line(res.resolution)]
     for w in res.resolution.without_store:
-        lines.append(f"without the store: vllm {w['version']}: {w['reason']}")
+        lines.append(f"without the store: {res.resolution.protocol.project} {w['version']}: {w['reason']}")
     for e in res.resolution.errors:
         lines.append(f"not fetched: {e}")
     for r in res.rows:
@@ -553,7 +588,8 @@ def main(args, console, err) -> int:
             def on_release(i: int, total: int, version: str) -> None:
                 progress.update(task, total=total, completed=i, description=f"store file of vllm {version}")
 
-            res = resolve(args.releases, args.since, index, on_release, getattr(args, "protocol", None) or "ringbuffer")
+            res = resolve(args.releases, args.since, index, on_release, getattr(args, "protocol", None) or "ringbuffer",
+                          getattr(args, "project", None) or "vllm")
     except (TargetError, ValueError) as exc:
         return fail(str(exc))
     width = 150
@@ -565,7 +601,7 @@ def main(args, console, err) -> int:
         console.print(groups_table(res))
         console.print(fetches_line(res), markup=False, highlight=False)
         for w in res.without_store:
-            console.print(f"without the store: vllm {w['version']}: {w['reason']}", markup=False, highlight=False)
+            console.print(f"without the store: {res.protocol.project} {w['version']}: {w['reason']}", markup=False, highlight=False)
         for e in res.errors:
             err.print(f"shmspec: error: {e}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR if res.errors else ExitCode.PASS
@@ -594,7 +630,7 @@ def main(args, console, err) -> int:
 
         concurrency = args.concurrency or GATE_PROFILES[args.profile].concurrency
         if res.protocol.name != "ringbuffer":
-            concurrency = "off"  # the slot protocols' only mode (lockstep and the fault scenario)
+            concurrency = None  # the slot protocols' own (the queue's: its deployed construction too)
         out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
                          started, on_cell, on_done)
     out.seconds = time.monotonic() - t0  # the whole run, fetching included

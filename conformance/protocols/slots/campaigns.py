@@ -234,7 +234,19 @@ def queue_machine(target, config: SessionConfig, deviations: bool) -> type:
     return QueueMachine
 
 
+def _no_message_queue(target: Any) -> str | None:
+    """Why a target has no deployed construction (vLLM 0.5.1's
+    ``ShmRingBufferIO`` has no ``MessageQueue``, no sockets), or None."""
+    files = getattr(target, "files", None)
+    if target.origin != "impl" and files is not None and not hasattr(files.broadcast, "MessageQueue"):
+        return "the file has no MessageQueue (vLLM 0.5.1's ShmRingBufferIO): no deployed construction to build"
+    return None
+
+
 def run_campaign(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResult) -> CampaignResult:
+    if campaign.mode.startswith("deployed") and _no_message_queue(ctx.target):
+        res.skipped = _no_message_queue(ctx.target)
+        return res
     if campaign.mode == "faults":
         return _run_faults(ctx, campaign, res)
     if campaign.mode == "deployed-controlled":
