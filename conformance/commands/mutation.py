@@ -360,7 +360,7 @@ def main(args, console, err) -> int:
     if args.list:
         t = Table("fault", "must be caught by", "bug", title=f"{len(chosen)} seeded faults", title_justify="left")
         for f in chosen:
-            t.add_row(f.name, f.expected, f.summary)
+            t.add_row(f.name, f.expected, f.summary + (f" (caught in the {f.construction} construction)" if f.construction else ""))
         console.print(t)
         return ExitCode.PASS
     report_dir = args.report_dir or default_report_dir("mutants")

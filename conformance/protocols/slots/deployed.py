@@ -40,6 +40,16 @@ ends with the queue's timeout, and the writer's names (from the flags) the
 dead reader and nobody else; the writer never rewrites a chunk the dead
 reader had not released.
 
+Three ways to run it (the campaigns of :mod:`.campaigns`):
+
+* under a schedule (``Deployment.schedule``, :func:`_schedule`): every flag
+  load and store of every process is a yield point, and the controller
+  lets one process at a time run to its next one; the same schedule gives
+  the same interleaving, so a finding replays exactly;
+* free-running (the OS interleaves; readers take slow steps drawn from
+  the seed, so the writer often waits on a full ring);
+* with a fault (:data:`FAULTS`).
+
 A free-running load may interleave differently when run again; the fault
 scenarios end the same way each time.  The processes' clocks are
 ``time.monotonic`` (one clock for every process on the machine), so the

@@ -146,3 +146,20 @@ def test_a_release_before_the_copy_is_found_by_a_schedule_and_the_same_seed_give
     case = v.to_json()
     assert shmspec.replay(spec, case).startswith("NRR")
     assert shmspec.replay("queue:impl", case) is None
+
+
+def test_a_writer_that_rewrites_the_dead_readers_chunk_is_found_by_the_fault_run():
+    target = _target(f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_no_wait.py'}")
+    out = D.run(target, D.Deployment(fault="reader-killed-holding", at=5, timeout=0.5))
+    found = [m for _, _, p, m in _violations(D.judge(out)) if p == "NRR"]
+    assert found and "which r1 (killed) never released" in found[0]
+
+
+def test_a_construction_that_cannot_be_built_is_an_error_never_a_pass(tmp_path):
+    broken = tmp_path / "broken_queue.py"
+    broken.write_text("from shmspec.impl import broadcast as _b\n\n\nclass MessageQueue(_b.MessageQueue):\n"
+                      "    def __init__(self, *args, **kwargs):\n        raise OSError('no sockets here')\n")
+    result = shmspec.check(f"queue:impl-file:{broken}", report_dir=tmp_path / "r")
+    deployed = [c for c in result.campaigns if c.name.startswith("deployed")]
+    assert len(deployed) == 3 and all(c.error and "no sockets here" in c.error for c in deployed)
+    assert result.verdict == "error"
