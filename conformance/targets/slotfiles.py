@@ -233,8 +233,10 @@ class _PermissiveModule(ModuleType):
         if name.startswith("__"):
             raise AttributeError(name)
         qual = f"{self.__name__}.{name}"
-        value = _HELPERS.get(qual) or _Placeholder(qual)
-        if self.__name__.split(".")[0] in _RECORDED[-1:] and not isinstance(value, ModuleType):
+        project = self.__name__.split(".")[0] in _RECORDED[-1:]
+        value = _HELPERS.get(name) if project else None  # a project helper, wherever its module keeps it
+        value = value if value is not None else _Placeholder(qual)
+        if project and not isinstance(value, ModuleType):
             _STOOD_IN.append(qual)
         setattr(self, name, value)
         return value
@@ -271,16 +273,24 @@ def _open_port() -> int:
         return sock.getsockname()[1]
 
 
+def _tcp_address(host: str, port: int) -> str:
+    return f"tcp://[{host}]:{port}" if ":" in host else f"tcp://{host}:{port}"
+
+
 _HELPERS: dict[str, Any] = {
-    "sglang.srt.environ.envs": _EnvStandIn(),
-    "sglang.srt.utils.network.NetworkAddress": _NetworkAddress,
-    "sglang.srt.utils.network.get_local_ip_auto": lambda fallback=None: "127.0.0.1",
-    "sglang.srt.utils.network.get_open_port": _open_port,
-    "sglang.srt.utils.network.get_ip": lambda: "127.0.0.1",
-    "sglang.srt.utils.stale_shm_cleanup.make_shm_name": lambda prefix="shm": f"psm_{prefix}_{uuid.uuid4().hex[:12]}",
+    "envs": _EnvStandIn(),
+    "NetworkAddress": _NetworkAddress,
+    "format_tcp_address": _tcp_address,
+    "get_local_ip_auto": lambda fallback=None: "127.0.0.1",
+    "get_ip": lambda: "127.0.0.1",
+    "get_open_port": _open_port,
+    "is_valid_ipv6_address": lambda address: ":" in str(address),
+    "make_shm_name": lambda prefix="shm": f"psm_{prefix}_{uuid.uuid4().hex[:12]}",
 }
-"""What a project's own helpers must do for the protocol to run (the
-others it imports resolve to placeholders that raise when called)."""
+"""What a project's own helpers must do for the protocol to run, by name
+(SGLang moved them between ``sglang.srt.utils``, ``.utils.network``,
+``.environ`` and ``.utils.stale_shm_cleanup`` over its releases); any other
+name it imports resolves to a placeholder that raises when called."""
 _RECORDED: list[str] = []
 """The project roots whose names the load in progress records (a stack of one)."""
 _STOOD_IN: list[str] = []

@@ -72,3 +72,20 @@ def test_an_unknown_target_lists_every_form():
         assert form in str(info.value)
     with pytest.raises(TargetError, match="SGLang ships no tensor arena"):
         protocols.load("arena:sglang==0.5.23")
+
+
+def test_a_projects_helpers_are_stood_in_by_name_wherever_its_modules_keep_them(tmp_path):
+    from shmspec.conformance.targets import slotfiles
+
+    f = tmp_path / "shm_broadcast.py"
+    f.write_text("from sglang.srt.utils import format_tcp_address, get_open_port\n"
+                 "from sglang.srt.utils.other import not_needed\n\n\n"
+                 "class ShmRingBuffer:\n    pass\n\n\nclass MessageQueue:\n"
+                 "    def address(self):\n        return format_tcp_address('127.0.0.1', get_open_port())\n"
+                 "    def unused(self):\n        return not_needed()\n")
+    files = slotfiles.load_slot_files(f)
+    assert files.stood_in == ("sglang.srt.utils.format_tcp_address", "sglang.srt.utils.get_open_port",
+                              "sglang.srt.utils.other.not_needed")
+    assert files.broadcast.MessageQueue().address().startswith("tcp://127.0.0.1:")
+    with pytest.raises(slotfiles.StandInMissing, match="not_needed"):
+        files.broadcast.MessageQueue().unused()
