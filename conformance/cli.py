@@ -66,7 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--version", action="version", version=f"shmspec {shmspec.__version__}")
     sub = p.add_subparsers(dest="command", required=True, parser_class=_Parser)
     c = sub.add_parser("check", help="run the conformance gate on a target")
-    c.add_argument("--target", default="impl", help="impl (default), file:PATH, or vllm==X.Y.Z")
+    c.add_argument("--target", default="impl",
+                   help="the object store: impl (default), file:PATH, vllm==X.Y.Z; the slot stores: impl-queue, "
+                        "queue:file:PATH, vllm-queue==X.Y.Z, sglang-queue==X.Y.Z, impl-arena, arena:file:PATH, "
+                        "vllm-arena==X.Y.Z (docs/slots.md#targets)")
     c.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
     c.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
                    help="after the lockstep campaigns, run writer and reader processes under a schedule Hypothesis "

@@ -253,7 +253,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                 f"construction {result.construction.name}  contract {result.contract_name}"
                 + (f" ({result.contract.source})" if result.contract is not None and result.contract.source else "")
                 + (f"\nstood in for the file's own imports: {', '.join(result.stand_ins)}" if result.stand_ins
-                   else ""),
+                   else "")
+                + (f"\nalso run in: {'; '.join(others)}" if (others := list(dict.fromkeys(
+                    c["name"] for c in result.constructions if not c.get("primary")))) else ""),
             )
         )
     )

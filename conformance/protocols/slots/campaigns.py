@@ -284,14 +284,24 @@ def _run_faults(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignResul
     return res
 
 
+def _own_excusals(ctx: CampaignContext) -> Any:
+    """The session config a deployed campaign judges by: the gate carries
+    every earlier campaign's findings as excusals, but a finding in another
+    construction says nothing of this one, so only the excusals the run
+    started with (a contract's ``not_claimed``) stay."""
+    keep = frozenset(e for e in ctx.config.excused if e.split("@", 1)[0] not in ctx.failed)
+    return replace(ctx.config, excused=keep)
+
+
 def _first(ctx: CampaignContext, trace: list, dep: Any) -> Any:
-    """The first violation of a deployed run's trace not excused, as a
-    :class:`PropertyViolation` (None: none)."""
+    """The first violation of a deployed run's trace not excused by
+    :func:`_own_excusals`, as a :class:`PropertyViolation` (None: none)."""
     from ...lockstep.session import PropertyViolation
 
+    config = _own_excusals(ctx)
     for s in trace:
         for prop, msg in s.violations:
-            if not ctx.config.excuses(prop, s.action, s.cause):
+            if not config.excuses(prop, s.action, s.cause):
                 mode = "controlled" if dep.schedule is not None else (dep.fault or "load")
                 return PropertyViolation(prop, f"step {s.index} ({s.process} {s.action}): {msg}", trace, s.action,
                                          cause=f"deployed/{mode}/{s.cause}")

@@ -65,6 +65,7 @@ import random
 import signal
 import time
 from dataclasses import asdict, dataclass, field, fields, replace
+from pathlib import Path
 from types import SimpleNamespace
 from typing import Any
 
@@ -617,9 +618,13 @@ class Outcome:
     writer_died_at: int | None = None
     seconds: float = 0.0
     log: str = ""
-    """The processes' stderr (removed after the run unless a process failed)."""
+    """The processes' stderr while the run lasts (removed after it; see :attr:`stderr`)."""
     handle: dict[str, Any] | None = None
     """The writer's handle (its segment's and sockets' names)."""
+    died: dict[str, float] = field(default_factory=dict)
+    """When the controller first saw a process dead (``time.monotonic``)."""
+    stderr: str = ""
+    """The end of the processes' stderr when a process failed (the log itself is removed)."""
 
 
 def _recv(conn, seconds: float) -> Any:
@@ -679,18 +684,25 @@ def run(target: Any, dep: Deployment) -> Outcome:
         streams: dict[str, list] = {label: [] for label in conns}
         if dep.schedule is not None:
             _schedule(out, dep, {"writer": wconn, **conns}, gates, streams)
+        news = time.monotonic()  # the writer's last report
         while dep.schedule is None:  # the writer's reports: events, done, dying, or a wait to judge
-            quiet = (not bounded and dep.fault.startswith("reader-killed") and not procs[victim].is_alive())
-            got = _recv(wconn, QUIET_S if quiet else REPORT_TIMEOUT_S)
+            got = _recv(wconn, POLL_S)
             if got is None:
+                now = time.monotonic()
+                dead_at = out.died.setdefault(victim, now) if (
+                    dep.fault.startswith("reader-killed") and not procs[victim].is_alive()) else None
+                quiet = not bounded and dead_at is not None and now - max(news, dead_at) > QUIET_S
+                if not quiet and now - news <= REPORT_TIMEOUT_S:
+                    continue
                 begun = [n for n in out.notes if n[0] == "begin"]
                 seq = begun[-1][1] if begun else 0
                 if quiet:  # blocked on the dead reader's chunk, and the call takes no timeout
-                    out.notes.append(("blocked", "writer", seq, time.monotonic()))
+                    out.notes.append(("blocked", "writer", seq, now))
                     writer.kill()
                 else:
                     out.failures["writer"] = f"no report within {REPORT_TIMEOUT_S:g} s"
                 break
+            news = time.monotonic()
             if got[0] == "event":
                 out.writer.append(got[1])
                 continue
@@ -765,9 +777,13 @@ def run(target: Any, dep: Deployment) -> Outcome:
         if handle is not None:
             _clean_after_writer(handle, killed=out.exitcodes.get("writer") not in (0, None))
         out.seconds = time.monotonic() - t_start
-        if not out.failures:
-            os.unlink(log)
-            out.log = ""
+        if out.failures:  # what the processes said goes into the finding; the file never stays behind
+            try:
+                out.stderr = Path(log).read_text(errors="replace")[-2000:]
+            except OSError:
+                pass
+        os.unlink(log)
+        out.log = ""
     return out
 
 
@@ -961,9 +977,11 @@ def judge(out: Outcome) -> list[Step]:
         if n[0] == "writer-killed":
             step(n[2], "writer", "killed", {"seq": n[1]}, "SIGKILL after the claim, half of the message copied",
                  f"exit {out.exitcodes.get('writer')}")
+    last_words = [ln for ln in out.stderr.splitlines() if ln.strip()][-1:]
     for label, why in out.failures.items():
         prop = "LIVE" if "no report" in why else "PROG"
-        step(time.monotonic(), label, "report", {}, "the process reports its history", why,
+        said = f" (the processes' stderr ended: {last_words[0][:160]})" if last_words else ""
+        step(time.monotonic(), label, "report", {}, "the process reports its history", why + said,
              [(prop, f"{label}: {why}")])
 
     # the readers

@@ -163,3 +163,15 @@ def test_a_construction_that_cannot_be_built_is_an_error_never_a_pass(tmp_path):
     deployed = [c for c in result.campaigns if c.name.startswith("deployed")]
     assert len(deployed) == 3 and all(c.error and "no sockets here" in c.error for c in deployed)
     assert result.verdict == "error"
+
+
+def test_a_finding_in_another_construction_is_not_excused_in_the_deployed_one():
+    from types import SimpleNamespace
+
+    from shmspec.conformance.core.config import SessionConfig
+    from shmspec.conformance.protocols.slots.campaigns import _own_excusals
+
+    # LIVE and FIFO@get were excused because the lockstep found them; SW because the contract does not claim it
+    ctx = SimpleNamespace(config=SessionConfig(excused=frozenset({"LIVE", "FIFO@get", "SW"})),
+                          failed=frozenset({"LIVE", "FIFO"}))
+    assert _own_excusals(ctx).excused == {"SW"}
