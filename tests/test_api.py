@@ -32,6 +32,8 @@ NOT_HARNESS_ERRORS = {
     "InjectedInterrupt": "a BaseException the exception campaign injects into a target at a yield point",
     "_CallerError": "the caller's failure a slot session raises inside a queue block; caught at the block's exit",
     "WouldWait": "raised inside an old vLLM queue's wait (no timeout) to stop it; the slot driver catches it",
+    "SchedulerStop": "raised at a yield point of a deployed process the scheduler stops; the process reports and exits",
+    "_Spent": "ends a controlled campaign's Hypothesis run when its shrink budget is spent; caught by the campaign",
 }
 
 

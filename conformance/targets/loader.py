@@ -433,7 +433,8 @@ def fetch_store(version: str, files: list[dict] | None = None, index: str | None
         raise
     except TargetError as first:
         try:
-            data, wheel_name, wheel_bytes = _pip_fetch(version, member, project)
+            data, wheel_name, wheel_bytes = (_pip_fetch(version, member) if project == "vllm" else
+                                             _pip_fetch(version, member, project))
         except NoStoreFile:
             raise
         except TargetError as second:
