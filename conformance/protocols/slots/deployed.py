@@ -742,7 +742,7 @@ def run(target: Any, dep: Deployment) -> Outcome:
             while True:
                 have = sum(1 for e in streams[label] if e[0] == "recv")
                 # a reader whose dequeue takes no timeout, with nothing more to come, waits for ever
-                quiet = not bounded and bool(dep.fault) and have >= sent
+                quiet = not bounded and bool(dep.fault) and (have >= sent or not writer.is_alive())
                 got = _recv(c, max(0.05, quiet_until - time.monotonic()) if quiet else REPORT_TIMEOUT_S)
                 if got is None:
                     if quiet and procs[label].is_alive():
