@@ -94,8 +94,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     if concurrency is not None and concurrency not in modes:
         hint = (f"; the {protocol.name} protocol's controlled interleavings run in the deployed construction, "
                 "under 'free' (its default)" if protocol.name == "queue" and concurrency == "controlled" else "")
-        raise UsageError(f"unknown concurrency {concurrency!r} for the {protocol.name} protocol "
-                         f"(choose from {', '.join(modes)}){hint}")
+        raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(modes)}){hint}")
     if protocol.name in ("arena", "queue") and writer_lock:
         raise UsageError(f"the {protocol.name} protocol has no readers' lock: --writer-lock does not apply")
     if protocol.name == "arena" and start_method != "fork":
