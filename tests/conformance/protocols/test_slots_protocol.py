@@ -41,7 +41,7 @@ def test_impl_passes_every_property_of_its_protocol(kind, tmp_path):
     assert result.properties == {p: "pass" for p in want}
     # the queue's default concurrency (free) adds its deployed construction (test_slots_deployed.py)
     assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults"] + (
-        ["deployed", "deployed-faults"] if kind == "queue" else [])
+        ["deployed-controlled", "deployed", "deployed-faults"] if kind == "queue" else [])
     assert all(c.examples >= 100 and c.completed for c in result.campaigns[:2]) and result.campaigns[2].completed
     assert all(c.completed for c in result.campaigns[3:])
     data = json.loads((tmp_path / "report.json").read_text())
