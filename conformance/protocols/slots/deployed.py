@@ -466,10 +466,7 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
         del mq
         _close(holder)
     except BaseException as exc:  # noqa: BLE001 - reported to the controller
-        try:
-            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
-        except Exception:  # noqa: BLE001
-            pass
+        _failed(conn, exc)
     os._exit(0)
 
 
@@ -490,6 +487,15 @@ def _kw(api: Any, timeout: float | None) -> dict[str, Any]:
     """The timeout argument, for a queue whose calls take one (vLLM >= 0.6.5,
     impl); a queue without (SGLang's, vLLM's before 0.6.5) waits for ever."""
     return {"timeout": timeout} if api.timeouts else {}
+
+
+def _failed(conn: Any, exc: BaseException) -> None:
+    """Tell the controller why this process could not go on (best effort:
+    the pipe may be gone)."""
+    try:
+        conn.send(("failed", f"{type(exc).__name__}: {exc}"))
+    except Exception:  # noqa: BLE001
+        pass
 
 
 def _close(holder: list[Any]) -> None:
@@ -595,10 +601,7 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
         del mq
         _close(holder)
     except BaseException as exc:  # noqa: BLE001 - reported to the controller
-        try:
-            conn.send(("failed", f"{type(exc).__name__}: {exc}"))
-        except Exception:  # noqa: BLE001
-            pass
+        _failed(conn, exc)
     os._exit(0)  # no finalizers: an array that aliases a closed segment must not print at exit
 
 
