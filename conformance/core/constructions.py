@@ -46,6 +46,8 @@ class Construction:
     """The slot queue's deployed construction (docs/slots.md#the-deployed-construction):
     the writer and every reader a process of its own, built by the store's own
     constructors, sockets live, messages through ``enqueue``/``dequeue``."""
+    scheduled: bool = False
+    """Deployed, under a schedule: every flag access a yield point."""
 
     @property
     def name(self) -> str:
@@ -57,7 +59,8 @@ class Construction:
             remote = (f", {self.remote_readers} remote reader{'s' if self.remote_readers != 1 else ''} over tcp"
                       if self.remote_readers else "")
             return (f"deployed: writer process, {self.n_readers} {method} local "
-                    f"reader{'s' if self.n_readers != 1 else ''}{remote}; sockets live, enqueue/dequeue")
+                    f"reader{'s' if self.n_readers != 1 else ''}{remote}; sockets live, enqueue/dequeue"
+                    + ("; scheduled at every flag access" if self.scheduled else ""))
         if self.start_method == "one-process":
             return f"writer and {self.n_readers} reader{'s' if self.n_readers != 1 else ''} in one process"
         readers = f"{self.n_readers} {'forked' if self.start_method == 'fork' else 'spawned'} " \
@@ -79,7 +82,7 @@ class Construction:
         dep = config.get("deployment")
         if dep:  # a slot queue's deployed run (its readers' start method and counts)
             return cls(False, str(dep.get("start_method", "fork")), int(dep.get("local", 2)),
-                       int(dep.get("remote", 0)), True)
+                       int(dep.get("remote", 0)), True, dep.get("schedule") is not None)
         return cls(bool(config.get("writer_lock", False)), str(config.get("start_method", "fork")),
                    int(config.get("n_readers", 2)))
 
@@ -87,7 +90,7 @@ class Construction:
         out = {"name": self.name, "writer_lock": self.writer_lock, "start_method": self.start_method,
                "n_readers": self.n_readers}
         if self.deployed:
-            out.update(deployed=True, remote_readers=self.remote_readers)
+            out.update(deployed=True, remote_readers=self.remote_readers, scheduled=self.scheduled)
         return out
 
 

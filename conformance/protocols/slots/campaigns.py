@@ -389,7 +389,7 @@ def _run_controlled(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignR
         engine.MAX_SHRINKING_SECONDS = wall
     res.error = state["error"] and f"{base.name}, scheduled: {state['error']}"
     res.examples = state["runs"]
-    res.rates["construction"] = {**base.construction(), "name": base.name + "; scheduled at every flag access"}
+    res.rates["construction"] = replace(base, schedule=()).construction()
     res.rates["schedules"] = state["runs"]
     res.seconds = time.monotonic() - t0
     return res

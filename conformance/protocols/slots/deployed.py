@@ -132,7 +132,7 @@ class Deployment:
     def as_construction(self) -> Any:
         from ...core.constructions import Construction
 
-        return Construction(False, self.start_method, self.local, self.remote, True)
+        return Construction(False, self.start_method, self.local, self.remote, True, self.schedule is not None)
 
     def labels(self) -> list[str]:
         return [f"r{i + 1}" for i in range(self.local)] + [f"remote{i + 1}" for i in range(self.remote)]
