@@ -77,7 +77,8 @@ def test_the_fault_library_has_at_least_ten_faults_over_the_properties():
 
 def test_a_finding_replays_from_its_report_and_not_on_the_fixed_store(tmp_path):
     fault = slot_mutants.faults(["queue_no_wait"])[0]
-    result = shmspec.check(fault.target, report_dir=tmp_path)
+    # the one-process campaigns' finding (the deployed construction's replay: test_slots_deployed.py)
+    result = shmspec.check(fault.target, report_dir=tmp_path, concurrency="off")
     assert result.verdict == "fail" and result.properties["NRR"] == "fail"
     case = json.loads((tmp_path / "report.json").read_text())["violations"][0]
     assert case["config"]["start_method"] == "one-process" and case["protocol"] == "queue"
@@ -193,7 +194,7 @@ def test_the_cli_checks_a_slot_target_and_lists_its_faults(tmp_path, capsys):
 
     assert main(["check", "--target", "impl-queue", "--report-dir", str(tmp_path / "ok")]) == 0
     fault = slot_mutants.faults(["queue_no_wait"])[0]
-    assert main(["check", "--target", fault.target, "--report-dir", str(tmp_path / "bad")]) == 1
+    assert main(["check", "--target", fault.target, "--concurrency", "off", "--report-dir", str(tmp_path / "bad")]) == 1
     capsys.readouterr()
     assert main(["mutants", "--protocol", "arena", "--list"]) == 0
     out = capsys.readouterr().out
