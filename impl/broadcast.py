@@ -23,20 +23,43 @@ from vLLM 0.33.0, each backed by ``tests/impl/test_broadcast.py``:
   chunk before the chunk is released, so no value a reader keeps aliases
   memory the writer reuses (vLLM copies the out-of-band buffers and
   unpickles the stream in place, which is safe for pickle's own objects);
+* a message sent over a socket (the overflow path, remote readers) is
+  copied into zmq's messages before ``enqueue`` returns, so the caller may
+  reuse its buffers at once (vLLM 0.33.0 sends them zero-copy, and a reader
+  may receive what the caller wrote next: the deployed construction's
+  writer reuses them, as a scheduler does);
 * a writer's :class:`~shmspec.model.errors.SlotTimeout` names the local
   readers that have not released the chunk it waits on (vLLM raises a
   bare ``TimeoutError``);
 * readers wait on the ring's flags with short sleeps (no notification
   socket), every wait bounded by its ``timeout``.
+
+The tensor arena (``enable_shm_tensor_arena=True``, vLLM 0.33.0's option;
+off when the queue has remote readers, as vLLM's): an out-of-band buffer
+of at least ``ARENA_MIN_BYTES`` (8 MiB) that fits a slot is copied once
+into a :class:`~shmspec.impl.slots.SlotArena` slot and travels as a stub;
+the reader's value is a zero-copy, read-only view of the slot that holds
+it (a lease) until the value and every view of it are collected, and the
+release is made at the reader's next ``dequeue``.  Any protocol-5
+out-of-band buffer qualifies (numpy arrays; CPU torch tensors, which are
+reduced to one when torch is loaded), not only torch tensors.  What
+differs from vLLM 0.33.0: an enqueue that raises after its buffers were
+copied into the arena (a later part of the message fails to pickle, or
+the ring's wait times out) takes its slots back, where vLLM's stay
+written and are never released (no reader ever gets their stubs).
 """
 
 from __future__ import annotations
 
+import copyreg
+import io
 import os
 import pickle
 import struct
+import sys
 import tempfile
 import uuid
+import warnings
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from typing import Any, Iterator
@@ -45,12 +68,16 @@ import zmq
 
 from shmspec.model.errors import SlotTimeout
 
-from .slots import SlotQueue
+from .slots import SlotArena, SlotQueue, SlotStub
 
 OOB_THRESHOLD = 1024 * 1024
 """Buffers of at least this many bytes travel out of band (vLLM's 1 MiB)."""
 _HEAD = struct.Struct("<BH")
 _LEN = struct.Struct("<I")
+_STUB = struct.Struct("<IIQ")
+"""An arena frame: the slot, its generation and the buffer's size in bytes."""
+INLINE, IN_ARENA = 0, 1
+"""An out-of-band frame's kind (the second frame of a message lists them, one byte each)."""
 
 
 @dataclass
@@ -63,6 +90,8 @@ class Handle:
     buffer_handle: tuple[int, int, int, str] | None = None
     local_subscribe_addr: str | None = None
     remote_subscribe_addr: str | None = None
+    tensor_arena_handle: tuple[int, int, int, str] | None = None
+    """The arena's ``(n_reader, slot_bytes, n_slots, segment name)``, or None (no arena)."""
 
 
 class MessageQueue:
@@ -76,9 +105,14 @@ class MessageQueue:
         zmq.ZMQError: a socket cannot bind.
     """
 
+    ARENA_SLOTS = 8
+    ARENA_SLOT_BYTES = 256 * 1024 * 1024
+    ARENA_MIN_BYTES = 8 * 1024 * 1024
+    """The arena's geometry (bytes) and its divert threshold: vLLM 0.33.0's."""
+
     def __init__(self, n_reader: int, n_local_reader: int, local_reader_ranks: list[int] | None = None,
                  max_chunk_bytes: int = 1024 * 1024 * 24, max_chunks: int = 10, connect_ip: str | None = None,
-                 oob_threshold: int = OOB_THRESHOLD):
+                 oob_threshold: int = OOB_THRESHOLD, enable_shm_tensor_arena: bool = False):
         if not 0 <= n_local_reader <= n_reader:
             raise ValueError(f"n_local_reader must be in 0..n_reader ({n_reader}), not {n_local_reader}")
         ranks = list(range(n_local_reader)) if local_reader_ranks is None else list(local_reader_ranks)
@@ -91,11 +125,14 @@ class MessageQueue:
         self.shutting_down = False
         self._context = zmq.Context()
         self.buffer: SlotQueue | None = None
+        self.tensor_arena: SlotArena | None = None
         self.local_socket = self.remote_socket = None
         local_addr = remote_addr = None
         try:
             if n_local_reader:
                 self.buffer = self.ring_class(n_local_reader, max_chunk_bytes, max_chunks)
+                if enable_shm_tensor_arena and not self.n_remote_reader:  # a remote reader cannot map it
+                    self.tensor_arena = self.arena_class(n_local_reader, self.ARENA_SLOT_BYTES, self.ARENA_SLOTS)
                 self.local_socket = self._context.socket(zmq.XPUB)
                 self.local_socket.setsockopt(zmq.XPUB_VERBOSE, True)
                 local_addr = f"ipc://{tempfile.gettempdir()}/shmspec-mq-{os.getpid()}-{uuid.uuid4().hex[:12]}"
@@ -115,7 +152,7 @@ class MessageQueue:
             self.close()
             raise
         self.handle = Handle(ranks, self.buffer.handle() if self.buffer is not None else None, local_addr,
-                             remote_addr)
+                             remote_addr, self.tensor_arena.handle() if self.tensor_arena is not None else None)
 
     # ---- construction --------------------------------------------------------------
 
@@ -124,6 +161,8 @@ class MessageQueue:
 
     ring_class = SlotQueue
     """The local readers' ring (a seeded fault may put another one here)."""
+    arena_class = SlotArena
+    """The tensor arena's class (likewise)."""
 
     @classmethod
     def create_from_handle(cls, handle: Handle, rank: int) -> "MessageQueue":
@@ -134,6 +173,7 @@ class MessageQueue:
         self.oob_threshold = OOB_THRESHOLD
         self._context = zmq.Context()
         self.buffer, self.local_socket, self.remote_socket = None, None, None
+        self.tensor_arena = None
         self.n_local_reader = len(handle.local_reader_ranks)
         self.n_remote_reader = 0
         try:
@@ -142,6 +182,10 @@ class MessageQueue:
                 self.local_reader_rank = handle.local_reader_ranks.index(rank)
                 n, chunk, chunks, name = handle.buffer_handle
                 self.buffer = self.ring_class(n, chunk, chunks, name=name, reader_rank=self.local_reader_rank)
+                arena = getattr(handle, "tensor_arena_handle", None)
+                if arena is not None:
+                    n, slot, slots, name = arena
+                    self.tensor_arena = self.arena_class(n, slot, slots, name=name, reader_rank=self.local_reader_rank)
                 self.local_socket = self._subscriber(handle.local_subscribe_addr)
             else:
                 if handle.remote_subscribe_addr is None:
@@ -211,56 +255,106 @@ class MessageQueue:
 
     # ---- messages ------------------------------------------------------------------
 
-    def _frames(self, obj: Any) -> list[Any]:
-        frames: list[Any] = [b""]
+    def _frames(self, obj: Any) -> tuple[list[Any], list[SlotStub]]:
+        """``obj`` as frames ``[pickle stream, frame kinds, buffer...]`` and
+        the arena slots it was copied into (taken back if the pickling fails)."""
+        frames: list[Any] = [b"", b""]
+        kinds = bytearray()
+        written: list[SlotStub] = []
+        arena = self.tensor_arena
 
         def out_of_band(buf: pickle.PickleBuffer) -> bool:
             raw = buf.raw()
             if raw.nbytes < self.oob_threshold:
                 return True  # in band
-            frames.append(raw)
+            stub = None
+            if arena is not None and self.ARENA_MIN_BYTES <= raw.nbytes <= arena.slot_bytes:
+                stub = arena.write(raw)  # None: no free slot, it travels as a frame
+            if stub is not None:
+                written.append(stub)
+                frames.append(_STUB.pack(*stub))
+            else:
+                frames.append(raw)
+            kinds.append(IN_ARENA if stub is not None else INLINE)
             return False
 
-        frames[0] = pickle.dumps(obj, protocol=5, buffer_callback=out_of_band)
-        return frames
+        try:
+            with io.BytesIO() as bio:
+                pickler = pickle.Pickler(bio, protocol=5, buffer_callback=out_of_band)
+                torch = sys.modules.get("torch")
+                if isinstance(getattr(torch, "Tensor", None), type):  # CPU tensors out of band, as vLLM's queue
+                    pickler.dispatch_table = {**copyreg.dispatch_table, torch.Tensor: _reduce_tensor}
+                pickler.dump(obj)
+                frames[0] = bio.getvalue()
+        except BaseException:
+            self._take_back(written)
+            raise
+        frames[1] = bytes(kinds)
+        return frames, written
+
+    def _take_back(self, written: list[SlotStub]) -> None:
+        """Free the arena slots of a message that is not sent (no reader has its stubs)."""
+        for stub in written:
+            self.tensor_arena.take_back(stub)
+
+    def _loads(self, head: Any, kinds: Any, oob: list[Any]) -> Any:
+        """The message from its frames; an arena frame becomes a view of its slot."""
+        buffers = []
+        for kind, frame in zip(bytes(kinds), oob):
+            if kind == IN_ARENA:
+                if self.tensor_arena is None:
+                    raise RuntimeError("an arena frame reached a reader without the arena")
+                buffers.append(self.tensor_arena.view(SlotStub(*_STUB.unpack(bytes(frame)))))
+            else:
+                buffers.append(frame)
+        return pickle.loads(head, buffers=buffers)
 
     def enqueue(self, obj: Any, timeout: float | None = None) -> None:
         """Send ``obj`` to every reader.
 
         Raises:
             SlotTimeout: a local reader did not release the next chunk within
-                ``timeout`` s (nothing sent to anyone).
+                ``timeout`` s (nothing sent to anyone; its arena slots freed).
             pickle.PicklingError (or the object's own error): it cannot be
-                pickled (nothing sent)."""
+                pickled (nothing sent; its arena slots freed)."""
         if not self._is_writer:
             raise RuntimeError("only the writer can enqueue")
-        frames = self._frames(obj)
+        frames, written = self._frames(obj)
         if self.buffer is not None:
             size = _HEAD.size + sum(_LEN.size + memoryview(f).nbytes for f in frames)
             overflow = size > self.buffer.slot_bytes
-            with self.acquire_write(timeout) as chunk:
-                if overflow:
-                    chunk[0] = 1
-                else:
-                    _HEAD.pack_into(chunk, 0, 0, len(frames))
-                    at = _HEAD.size
-                    for f in frames:
-                        n = memoryview(f).nbytes
-                        _LEN.pack_into(chunk, at, n)
-                        chunk[at + _LEN.size:at + _LEN.size + n] = f
-                        at += _LEN.size + n
+            try:
+                with self.acquire_write(timeout) as chunk:
+                    if overflow:
+                        chunk[0] = 1
+                    else:
+                        _HEAD.pack_into(chunk, 0, 0, len(frames))
+                        at = _HEAD.size
+                        for f in frames:
+                            n = memoryview(f).nbytes
+                            _LEN.pack_into(chunk, at, n)
+                            chunk[at + _LEN.size:at + _LEN.size + n] = f
+                            at += _LEN.size + n
+            except BaseException:
+                self._take_back(written)
+                raise
             if overflow:  # after the chunk is published: a reader finds the flag, then the frames
-                self.local_socket.send_multipart(frames, copy=False)
-        if self.remote_socket is not None:
-            self.remote_socket.send_multipart(frames, copy=False)
+                self.local_socket.send_multipart(frames, copy=True)
+        if self.remote_socket is not None:  # copied: the caller may reuse its buffers once enqueue returns
+            self.remote_socket.send_multipart(frames, copy=True)
 
     def dequeue(self, timeout: float | None = None, indefinite: bool = False) -> Any:
-        """The next message.
+        """The next message.  A local reader first releases the arena slots
+        whose values it has dropped since (:meth:`SlotArena.flush_releases`).
 
         Raises:
             SlotTimeout / TimeoutError: nothing within ``timeout`` s (nothing consumed).
+            StaleSlot: an arena frame names a slot reused since (never happens
+                with the writer's own frames).
             RuntimeError: called on the writer."""
         if self._is_local_reader:
+            if self.tensor_arena is not None:
+                self.tensor_arena.flush_releases()
             with self.acquire_read(timeout, indefinite) as chunk:
                 overflow, count = _HEAD.unpack_from(chunk, 0)
                 if not overflow:
@@ -270,18 +364,17 @@ class MessageQueue:
                         frames.append(bytearray(chunk[at + _LEN.size:at + _LEN.size + n]))  # copied out
                         at += _LEN.size + n
             if not overflow:
-                return pickle.loads(frames[0], buffers=frames[1:])
+                return self._loads(frames[0], frames[1], frames[2:])
             return self._recv(self.local_socket, timeout)
         if self._is_remote_reader:
             return self._recv(self.remote_socket, timeout)
         raise RuntimeError("only readers can dequeue")
 
-    @staticmethod
-    def _recv(sock: Any, timeout: float | None) -> Any:
+    def _recv(self, sock: Any, timeout: float | None) -> Any:
         if not sock.poll(None if timeout is None else max(0, int(timeout * 1000))):
             raise TimeoutError(f"no message on the socket within {timeout} s")
-        head, *oob = sock.recv_multipart(copy=False)
-        return pickle.loads(head.buffer, buffers=[f.buffer for f in oob])  # frames own their memory
+        head, kinds, *oob = sock.recv_multipart(copy=False)
+        return self._loads(head.buffer, kinds.buffer, [f.buffer for f in oob])  # frames own their memory
 
     def broadcast_object(self, obj: Any = None) -> Any:
         if self._is_writer:
@@ -301,6 +394,9 @@ class MessageQueue:
         if self.buffer is not None:
             self.buffer.close()
             self.buffer = None
+        if getattr(self, "tensor_arena", None) is not None:
+            self.tensor_arena.close()
+            self.tensor_arena = None
         if getattr(self, "_context", None) is not None:
             self._context.term()
             self._context = None
@@ -312,4 +408,32 @@ class MessageQueue:
                 pass
 
 
-__all__ = ["Handle", "MessageQueue", "OOB_THRESHOLD"]
+def _reduce_tensor(tensor: Any) -> Any:
+    """A CPU tensor's bytes as a protocol-5 out-of-band buffer (torch's own
+    reduction copies them into the pickle stream); other tensors as torch
+    reduces them."""
+    import torch
+
+    if tensor.device.type == "cpu" and tensor.layout == torch.strided and not tensor.requires_grad:
+        try:
+            raw = tensor.detach().contiguous().reshape(-1).view(torch.uint8).numpy()
+        except RuntimeError:  # a tensor that cannot be viewed so (the conjugate bit set, ...)
+            pass
+        else:
+            return _rebuild_tensor, (pickle.PickleBuffer(raw), tuple(tensor.shape), str(tensor.dtype)[6:])
+    return tensor.__reduce_ex__(5)
+
+
+def _rebuild_tensor(buf: Any, shape: tuple[int, ...], dtype: str) -> Any:
+    """The tensor over the buffer pickle hands back (zero copy; read-only
+    over an arena slot, which torch warns of and which it stays)."""
+    import torch
+
+    if not memoryview(buf).nbytes:
+        return torch.empty(shape, dtype=getattr(torch, dtype))
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", UserWarning)  # "The given buffer is not writable"
+        return torch.frombuffer(buf, dtype=torch.uint8).view(getattr(torch, dtype)).view(shape)
+
+
+__all__ = ["Handle", "IN_ARENA", "INLINE", "MessageQueue", "OOB_THRESHOLD"]

@@ -192,6 +192,23 @@ class SlotArena(_Segment):
         self.fallbacks += 1
         return None
 
+    def take_back(self, stub: SlotStub) -> bool:
+        """Free a slot the writer wrote for a message it did not send (no
+        reader has the stub): unset ``written`` if the slot still holds that
+        generation and no reader has released it.  Returns whether it did.
+
+        Raises:
+            ValueError: called on a reader."""
+        if self.reader_rank != -1:
+            raise ValueError("only the writer can take a slot back")
+        slot, gen, _ = stub
+        if self.generation(slot) != gen or not self._flag(slot, 0) or any(
+                self._flag(slot, 1 + r) for r in range(self.n_reader)):
+            return False
+        self._set_flag(slot, 0, 0)
+        fence()
+        return True
+
     def view(self, stub: SlotStub) -> memoryview:
         """A read-only zero-copy view of the stub's message.
 

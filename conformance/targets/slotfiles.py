@@ -144,6 +144,29 @@ class StandInTensor:
         with self._mem() as m:
             return bytes(m)
 
+    def contiguous(self) -> "StandInTensor":
+        return self
+
+    def numpy(self) -> memoryview:
+        """A view of its bytes sharing its memory (torch's ``numpy()``
+        shares it too): what vLLM's ``_reduce_tensor`` hands pickle as a
+        ``PickleBuffer``."""
+        return self._mem()
+
+    def __reduce_ex__(self, protocol: int):
+        # as numpy pickles an array: with protocol 5 the bytes leave the stream as a PickleBuffer (a store may
+        # take it out of band; vLLM's queue reduces its tensors with _reduce_tensor instead, by dispatch table)
+        import pickle
+
+        data = pickle.PickleBuffer(self._mem()) if protocol >= 5 else self.tobytes()
+        return _rebuild_standin, (data, self.dtype.name, self.shape)
+
+
+def _rebuild_standin(buf: Any, dtype: str, shape: tuple[int, ...]) -> StandInTensor:
+    """A stand-in tensor rebuilt over the buffer pickle hands back (zero copy)."""
+    n = memoryview(buf).nbytes
+    return StandInTensor(buf, 0, n, DTYPES[dtype], tuple(shape))
+
 
 class _Parameter(StandInTensor):
     def __new__(cls, t: StandInTensor = None, requires_grad: bool = True):  # noqa: D401 - torch's signature
@@ -425,6 +448,21 @@ class SlotFiles:
     stood_in: tuple[str, ...] = ()
     """The file's own project's names the loader stood in for (SGLang's
     ``sglang.srt.utils.network.get_open_port``, ...; :func:`project_roots`)."""
+    modules: dict[str, ModuleType] | None = None
+    """Every module the load put in ``sys.modules`` (the files' and the
+    stand-ins they imported), kept for :func:`install`."""
+
+
+def install(files: SlotFiles) -> None:
+    """Put the loaded files and their stand-ins in ``sys.modules`` for good.
+
+    For a process that exists to run the target (the deployed
+    construction's writer and readers): the files import more of their own
+    at run time (``MessageQueue.__init__`` imports ``shm_tensor_arena``), and
+    pickle finds a rebuild function (``_rebuild_arena_tensor``) by its
+    module's name.  Never call it in the controller: there ``sys.modules``
+    stays as it was."""
+    sys.modules.update(files.modules or {})
 
 
 def _exec(name: str, path: Path, key: str) -> ModuleType:
@@ -433,6 +471,9 @@ def _exec(name: str, path: Path, key: str) -> ModuleType:
         raise TargetError(f"cannot load {path} as a Python module")
     module = importlib.util.module_from_spec(spec)
     sys.modules[name] = module
+    parent, _, leaf = name.rpartition(".")
+    if parent in sys.modules:  # ``from vllm.distributed.device_communicators import shm_tensor_arena`` finds it
+        setattr(sys.modules[parent], leaf, module)
     try:
         spec.loader.exec_module(module)
     except TargetError:
@@ -482,6 +523,7 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real
             stood_in = list(dict.fromkeys(_STOOD_IN))
             _RECORDED.clear()
             sys.meta_path.remove(finder)
+            made = {k: m for k, m in sys.modules.items() if k not in before or m is not before[k]}
             for k in list(sys.modules):
                 if k not in before or sys.modules[k] is not before[k]:
                     del sys.modules[k]
@@ -489,7 +531,7 @@ def load_slot_files(broadcast: str | Path, arena: str | Path | None = None, real
     for mod, cls in ((b, "ShmRingBuffer"), (b, _queue_class(b)), (a, "ShmTensorArena")):
         if mod is not None and not isinstance(getattr(mod, cls, None), type):
             raise TargetError(f"{mod.__file__} does not define {cls}")
-    return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None, tuple(stood_in))
+    return SlotFiles(b, a, paths[0], paths[1] if arena is not None else None, tuple(stood_in), made)
 
 
 # ---- building the stores as vLLM does --------------------------------------------
@@ -593,6 +635,6 @@ def uint8_tensor(data: bytes) -> StandInTensor:
     return _frombuffer(bytearray(data), DTYPES["uint8"])
 
 
-__all__ = ["StandInSpinTimer", "WouldWait", "has_timeouts", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
+__all__ = ["StandInSpinTimer", "WouldWait", "has_timeouts", "install", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
            "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
            "uint8_tensor"]

@@ -11,8 +11,6 @@ Must be caught by: NRR
 Construction: deployed
 """
 
-import pickle
-
 from shmspec.impl import broadcast as _b
 
 
@@ -27,7 +25,7 @@ class MessageQueue(_b.MessageQueue):
                 for i in range(count):
                     (n,) = _b._LEN.unpack_from(chunk, at)
                     view = chunk[at + _b._LEN.size:at + _b._LEN.size + n]
-                    frames.append(bytes(view) if i == 0 else view)  # BUG: the out-of-band frames not copied
+                    frames.append(bytes(view) if i < 2 else view)  # BUG: the out-of-band frames not copied
                     at += _b._LEN.size + n
-                return pickle.loads(frames[0], buffers=frames[1:])
+                return self._loads(frames[0], frames[1], frames[2:])
         return self._recv(self.local_socket, timeout)

@@ -12,8 +12,6 @@ Must be caught by: NRR
 Construction: deployed
 """
 
-import pickle
-
 from shmspec.impl import broadcast as _b
 
 
@@ -36,4 +34,4 @@ class MessageQueue(_b.MessageQueue):
             frames.append(bytearray(chunk[at + _b._LEN.size:at + _b._LEN.size + n]))
             at += _b._LEN.size + n
         chunk.release()
-        return pickle.loads(frames[0], buffers=frames[1:])
+        return self._loads(frames[0], frames[1], frames[2:])

@@ -14,11 +14,11 @@ from shmspec.impl import broadcast as _b
 
 class MessageQueue(_b.MessageQueue):
     def enqueue(self, obj, timeout=None):
-        frames = self._frames(obj)
+        frames, _ = self._frames(obj)
         size = _b._HEAD.size + sum(_b._LEN.size + memoryview(f).nbytes for f in frames)
         if self.buffer is not None and size > self.buffer.slot_bytes:
             with self.acquire_write(timeout) as chunk:
                 chunk[0] = 1
-            self.local_socket.send_multipart(frames, copy=False)
+            self.local_socket.send_multipart(frames, copy=True)
             return  # BUG: the remote readers are not sent it
         super().enqueue(obj, timeout)

@@ -52,10 +52,9 @@ def campaigns_for(kind: str) -> tuple[SlotCampaign, ...]:
 
 def deployed_campaigns(kind: str) -> tuple[SlotCampaign, ...]:
     """The campaigns of the deployed construction (``--concurrency free``,
-    the slot protocols' default): the queue's free-running load and its
-    process faults.  The arena's deployed construction is not built yet."""
-    if kind != "queue":
-        return ()
+    the slot protocols' default): controlled interleavings, a free-running
+    load and process faults, of the queue (an arena target: the queue with
+    its tensor arena on)."""
     return (SlotCampaign("deployed-controlled", DEPLOYED_CHECKS, mode="deployed-controlled"),
             SlotCampaign("deployed", DEPLOYED_CHECKS, mode="deployed"),
             SlotCampaign("deployed-faults", DEPLOYED_CHECKS, mode="deployed-faults"))
@@ -83,10 +82,11 @@ def deployments(ctx: CampaignContext, campaign: SlotCampaign) -> list[Any]:
     from .deployed import FAULTS, Deployment
 
     method = ctx.config.start_method if ctx.config.start_method in ("fork", "spawn") else "fork"
-    primary = Deployment(local=ctx.config.n_readers, remote=1, start_method=method, seed=ctx.seed & 0xFFFF,
-                         messages=DEPLOYED_MESSAGES.get(ctx.profile.name, 24))
+    arena = ctx.target.kind == "arena"  # vLLM's arena is off with remote readers: none in the arena's primary
+    primary = Deployment(local=ctx.config.n_readers, remote=0 if arena else 1, start_method=method,
+                         seed=ctx.seed & 0xFFFF, messages=DEPLOYED_MESSAGES.get(ctx.profile.name, 24), arena=arena)
     if campaign.mode == "deployed":
-        other = replace(primary, local=1, start_method="spawn" if method == "fork" else "fork")
+        other = replace(primary, local=1, remote=1, start_method="spawn" if method == "fork" else "fork")
         return [primary, other]
     at = {"reader-killed-holding": 5, "reader-killed-between": 7, "writer-killed-mid-write": 6}
     return [replace(primary, fault=f, at=at[f], timeout=0.5, local=max(2, primary.local)) for f in FAULTS]
@@ -335,6 +335,8 @@ def _run_controlled(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignR
     method = ctx.config.start_method if ctx.config.start_method in ("fork", "spawn") else "fork"
     base = deployed.Deployment(local=ctx.config.n_readers, remote=0, start_method=method, messages=6, chunks=2,
                                seed=ctx.seed & 0xFFFF)
+    if ctx.target.kind == "arena":  # two arena slots; a chunk holds a tensor the arena has no slot for
+        base = replace(base, arena=True, arena_slots=2, chunk_bytes=base.arena_slot_bytes + 256 * 1024)
     seen: dict[tuple[int, ...], Any] = {}
     state = {"runs": 0, "first_fail": None, "error": None}
 

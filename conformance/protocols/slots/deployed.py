@@ -17,7 +17,17 @@ The construction (:class:`Deployment`):
   than a chunk (the overflow path over the local socket), arrays of 1 MiB
   and more pickled out of band (:class:`OutOfBand`: numpy's protocol-5
   reduction, rebuilt zero-copy over the buffer the store hands back), and
-  out-of-band arrays larger than a chunk.
+  out-of-band arrays larger than a chunk.  Once ``enqueue`` returns, the
+  writer's caller reuses the message's buffers (``Deployment.reuse``), as
+  an engine's scheduler reuses a tensor's memory for its next step;
+* an arena target runs the same queue with its tensor arena on
+  (``enable_shm_tensor_arena=True``, ``Deployment.arena``): the plan's
+  tensors of 8 MiB and more go to arena slots (or the pickle path when
+  none is free), smaller ones out of band, one message carries two, one is
+  over the slot size, and one is followed by an object that fails to
+  pickle; each reader holds each tensor it receives for some later
+  messages (half of them as a derived view only) and drops them out of
+  order, as chunked prefill keeps ``prompt_embeds``.
 
 What is judged, from the histories the processes report (the history
 checker, :func:`judge`):
@@ -29,6 +39,12 @@ checker, :func:`judge`):
   writes have reused its chunk many times over; a dequeue that raises
   (a torn pickle) is NRR too;
 * PROG: a wait that times out while every reader it waits on is alive;
+  with the arena, a tensor the writer sent down the pickle path although a
+  slot was free (read from the flags before the enqueue: only the writer
+  claims, so a free slot stays free), and a slot still held at the end,
+  once every reader dropped its tensors and flushed its releases;
+* NRR, with the arena: a held tensor whose bytes changed before it was
+  dropped (its slot rewritten under a live view);
 * LIVE: every process reports within its deadline.
 
 Faults (:data:`FAULTS`): a local reader SIGKILLed while it holds a chunk
@@ -117,6 +133,19 @@ class Deployment:
     """Controlled interleavings (:func:`controlled`): every flag load and
     store of every process is a yield point, and these choices (then round
     robin) pick which process takes the next one.  None: free-running."""
+    arena: bool = False
+    """The queue with its tensor arena (an arena target: vLLM's
+    ``MessageQueue(..., enable_shm_tensor_arena=True)``): tensors of
+    :data:`ARENA_MIN` bytes and more travel in arena slots, and readers hold
+    them across later messages (:data:`HOLDS`).  vLLM turns the arena off
+    when the queue has remote readers; so does impl."""
+    reuse: bool = True
+    """The writer's caller reuses its buffers once ``enqueue`` returns
+    (:func:`_reuse`), as an engine's scheduler does."""
+    arena_slots: int = 4
+    arena_slot_bytes: int = 12 * MiB
+    """The arena's geometry (vLLM's default: 8 slots of 256 MiB; scaled as
+    the ring's chunks are, the divert threshold :data:`ARENA_MIN` kept)."""
 
     @property
     def waits(self) -> float | None:
@@ -132,7 +161,8 @@ class Deployment:
     def as_construction(self) -> Any:
         from ...core.constructions import Construction
 
-        return Construction(False, self.start_method, self.local, self.remote, True, self.schedule is not None)
+        return Construction(False, self.start_method, self.local, self.remote, True, self.schedule is not None,
+                            self.arena)
 
     def labels(self) -> list[str]:
         return [f"r{i + 1}" for i in range(self.local)] + [f"remote{i + 1}" for i in range(self.remote)]
@@ -205,6 +235,33 @@ def _trip(label: str) -> None:
 IN_CHUNK = ("small", "inband", "oob")
 """The kinds a controlled run sends: each lies in its chunk, so no process
 blocks on a socket between two yield points."""
+ARENA_KINDS = ("small", "tensor", "tensor-oob", "tensor-pair", "tensor-oversize", "tensor-poison")
+"""Message kinds of an arena plan: a tensor the arena takes (from
+:data:`ARENA_MIN` bytes up to its slot size; the pickle path when no slot is
+free), a tensor under the threshold (out of band, in the chunk), two arena
+tensors in one message, one over the slot size (the pickle path, over the
+overflow socket), and a tensor followed by an object that fails to pickle
+(the enqueue raises after the tensor was copied into the arena; once per
+plan, outside faults and schedules)."""
+ARENA_IN_CHUNK = ("small", "tensor", "tensor-oob")
+"""The arena kinds a controlled run sends (its chunk holds a tensor that falls back)."""
+ARENA_MIN = 8 * MiB
+"""vLLM 0.33.0's ``_ARENA_MIN_BYTES``: smaller tensors take the out-of-band path."""
+HOLDS = (0, 0, 1, 2, 4)
+"""How many later messages a reader holds a tensor it received (drawn from
+the seed per tensor): chunked prefill's ``prompt_embeds`` are kept across
+steps (vLLM's arena notes), so slots are released out of order.  Half the
+held tensors are kept as a derived view only (``reshape(-1)``, the base
+dropped): the release must wait for the last view."""
+OVER_SOCKET = frozenset({"overflow", "oob-overflow", "tensor", "tensor-pair", "tensor-oversize"})
+"""Kinds that may travel over the overflow socket (a tensor the arena does not take is larger than a chunk)."""
+
+
+class Unpicklable:
+    """A part of a message that fails to pickle (``tensor-poison``)."""
+
+    def __reduce__(self):
+        raise pickle.PicklingError("shmspec: this part of the message does not pickle (on purpose)")
 
 
 def plan(dep: Deployment) -> list[str]:
@@ -213,17 +270,38 @@ def plan(dep: Deployment) -> list[str]:
     (its tripwire then fires inside the chunk).  Under a schedule only the
     :data:`IN_CHUNK` kinds."""
     rnd = random.Random(dep.seed * 7919 + 17)
-    pool = IN_CHUNK if dep.schedule is not None else KINDS
-    kinds = [pool[i % len(pool)] if i < len(pool) else rnd.choice(pool) for i in range(dep.messages)]
+    if dep.arena:
+        first = ARENA_IN_CHUNK if dep.schedule is not None else ARENA_KINDS[:-1] if dep.fault else ARENA_KINDS
+        pool = tuple(k for k in first if k != "tensor-poison")
+    else:
+        first = pool = IN_CHUNK if dep.schedule is not None else KINDS
+    kinds = [first[i % len(first)] if i < len(first) else rnd.choice(pool) for i in range(dep.messages)]
     if dep.fault and dep.at < dep.messages:
         kinds[dep.at] = "small"
     return kinds
 
 
-def _body(dep: Deployment, seq: int, kind: str) -> Any:
+def _body(dep: Deployment, seq: int, kind: str, tensor: Any = None) -> Any:
     rnd = random.Random((dep.seed << 20) ^ (seq * 2654435761))
     if kind == "small":
         return {"seq": seq, "req": f"req-{seq}", "tokens": [rnd.randrange(50000) for _ in range(1 + seq % 7)]}
+    if kind.startswith("tensor"):
+        def one(size: int) -> Any:
+            block = rnd.randbytes(64 * 1024)
+            return tensor(bytearray((block * (size // len(block) + 1))[:size]))
+
+        def arena_sized() -> int:
+            return ARENA_MIN + rnd.randrange(max(1, dep.arena_slot_bytes - ARENA_MIN - 64 * 1024))
+
+        if kind == "tensor-oob":
+            return one(MiB + rnd.randrange(MiB))
+        if kind == "tensor-pair":
+            return [one(arena_sized()), one(arena_sized())]
+        if kind == "tensor-oversize":
+            return one(dep.arena_slot_bytes + 64 * 1024)
+        if kind == "tensor-poison":
+            return [one(arena_sized()), Unpicklable()]
+        return one(arena_sized())
     size = {"inband": dep.chunk_bytes // 4, "overflow": dep.chunk_bytes + 4096,
             "oob": MiB + rnd.randrange(max(1, dep.chunk_bytes - MiB - 128 * 1024)),
             "oob-overflow": dep.chunk_bytes + 64 * 1024}[kind]
@@ -232,40 +310,78 @@ def _body(dep: Deployment, seq: int, kind: str) -> Any:
     return OutOfBand(bytearray(data)) if kind.startswith("oob") else data
 
 
+def is_tensor(x: Any) -> bool:
+    """A tensor (the stand-in's or torch's), by its surface."""
+    return hasattr(x, "element_size") and hasattr(x, "numel")
+
+
+def _tensor_bytes(t: Any) -> Any:
+    """A uint8 tensor's bytes as a buffer, without a copy where it can."""
+    if hasattr(t, "_mem"):  # the stand-in
+        return t._mem()
+    return t.detach().contiguous().numpy()  # torch: uint8 tensors only here
+
+
 def digest(body: Any) -> str:
     """The body's digest (blake2b, 16 bytes, hex)."""
     h = hashlib.blake2b(digest_size=16)
-    if isinstance(body, OutOfBand):
-        h.update(body.mv)
-    elif isinstance(body, (bytes, bytearray, memoryview)):
-        h.update(body)
-    else:
-        h.update(repr(body).encode())
+    for part in (body if isinstance(body, list) and any(is_tensor(x) for x in body) else [body]):
+        if isinstance(part, OutOfBand):
+            h.update(part.mv)
+        elif isinstance(part, (bytes, bytearray, memoryview)):
+            h.update(part)
+        elif is_tensor(part):
+            h.update(_tensor_bytes(part))
+        else:
+            h.update(repr(part).encode())
     return h.hexdigest()
 
 
-def message(dep: Deployment, seq: int, kind: str) -> tuple:
-    """Message ``seq``: ``("shmspec", seq, kind, body, digest, tripwire)``."""
-    body = _body(dep, seq, kind)
+def tensors_of(body: Any) -> list[Any]:
+    """The tensors in a message's body."""
+    if is_tensor(body):
+        return [body]
+    return [x for x in body if is_tensor(x)] if isinstance(body, list) else []
+
+
+def message(dep: Deployment, seq: int, kind: str, tensor: Any = None) -> tuple:
+    """Message ``seq``: ``("shmspec", seq, kind, body, digest, tripwire)``
+    (``tensor``: the target's ``frombuffer``, for the arena's kinds)."""
+    body = _body(dep, seq, kind, tensor)
     trip = Tripwire(f"r{dep.victim + 1}") if dep.fault == "reader-killed-holding" and seq == dep.at else None
     return ("shmspec", seq, kind, body, digest(body), trip)
 
 
 def _size(body: Any) -> int:
+    if is_tensor(body):
+        return body.numel() * body.element_size()
+    if isinstance(body, list) and any(is_tensor(x) for x in body):
+        return sum(_size(x) for x in body if is_tensor(x))
     return len(body) if isinstance(body, (bytes, bytearray, OutOfBand)) else len(repr(body))
 
 
 # ---- the store's API, per target ---------------------------------------------------
 
 def queue_api(target: Any) -> Any:
-    """``(MessageQueue, Handle, row)`` of a queue target, loaded for the
-    deployed construction: vLLM's file with real pyzmq (torch and vllm.*
-    stand in as for the lockstep), or impl's :mod:`shmspec.impl.broadcast`
+    """The store's API for the deployed construction, per target: its
+    ``MessageQueue`` and ``Handle``; ``row(mq)``: the flags of the writer's
+    current chunk; ``instrument()``: every flag access a yield point;
+    ``install()``: the loaded files in this process's ``sys.modules``
+    (a writer or reader process only); for the arena, ``tensor(bytearray)``
+    (a uint8 tensor over it), ``scale_arena(dep)`` (the writer's arena
+    geometry), ``arena_rows(mq)`` (every arena slot's flags) and
+    ``arena_fallbacks(mq)`` (the writer's count of tensors it found no
+    free slot for).
+
+    vLLM's (or SGLang's) files load with real pyzmq (torch and vllm.*
+    stand in as for the lockstep); impl's is :mod:`shmspec.impl.broadcast`
     (an ``impl-file:`` module: its ``MessageQueue``, else impl's over its
-    ``SlotQueue``).  ``row(mq)``: the flags of the writer's current chunk."""
+    ``SlotQueue`` or ``SlotArena``)."""
     cached = getattr(target, "_deployed_api", None)
     if cached is not None:
         return cached
+    from ...targets import slotfiles
+
     if target.origin == "impl":
         from shmspec.impl import broadcast
 
@@ -274,28 +390,40 @@ def queue_api(target: Any) -> Any:
         if module is not None and isinstance(getattr(module, "MessageQueue", None), type):
             mq = module.MessageQueue
         elif module is not None:
-            mq = type("MessageQueue", (broadcast.MessageQueue,), {"ring_class": module.SlotQueue})
+            parts = {"ring_class": module.SlotQueue} if hasattr(module, "SlotQueue") else {}
+            parts.update({"arena_class": module.SlotArena} if hasattr(module, "SlotArena") else {})
+            mq = type("MessageQueue", (broadcast.MessageQueue,), parts)
+
         def instrument():
-            ring = mq.ring_class
-            load, store = ring._flag, ring._set_flag
+            for cls, name in ((mq.ring_class, str), (mq.arena_class, lambda i: f"a{i}")):
+                load, store = cls._flag, cls._set_flag
 
-            def _flag(self, i, j):
-                _point("load", i, _FLAG_NAMES(j))
-                return load(self, i, j)
+                def _flag(self, i, j, load=load, name=name):
+                    _point("load", name(i), _FLAG_NAMES(j))
+                    return load(self, i, j)
 
-            def _set_flag(self, i, j, v):
-                store(self, i, j, v)
-                _point("store", i, _FLAG_NAMES(j), v)
+                def _set_flag(self, i, j, v, store=store, name=name):
+                    store(self, i, j, v)
+                    _point("store", name(i), _FLAG_NAMES(j), v)
 
-            ring._flag, ring._set_flag = _flag, _set_flag
+                cls._flag, cls._set_flag = _flag, _set_flag
 
-        api = SimpleNamespace(MessageQueue=mq, Handle=broadcast.Handle,
-                              row=lambda q: q.buffer.row(q.current_idx), instrument=instrument)
+        def scale_arena(dep):
+            mq.ARENA_SLOTS, mq.ARENA_SLOT_BYTES = dep.arena_slots, dep.arena_slot_bytes
+
+        def arena_rows(q):
+            a = q.tensor_arena
+            return [a.row(i) for i in range(a.n_slots)]
+
+        api = SimpleNamespace(MessageQueue=mq, Handle=broadcast.Handle, row=lambda q: q.buffer.row(q.current_idx),
+                              instrument=instrument, install=lambda: None,
+                              tensor=lambda data: slotfiles._frombuffer(data, slotfiles.DTYPES["uint8"]),
+                              scale_arena=scale_arena, arena_rows=arena_rows,
+                              arena_fallbacks=lambda q: q.tensor_arena.fallbacks)
     else:
-        from ...targets import slotfiles
-
         files = target.files
-        loaded = slotfiles.load_slot_files(files.broadcast_path, real=("zmq",))
+        arena_path = files.arena_path if target.kind == "arena" else None
+        loaded = slotfiles.load_slot_files(files.broadcast_path, arena_path, real=("zmq",))
 
         def row(q):
             with q.buffer.get_metadata(q.current_idx) as m:
@@ -316,9 +444,31 @@ def queue_api(target: Any) -> Any:
             # interleaves instead (its busy path, sched_yield, is what runs)
             if hasattr(loaded.broadcast, "SpinCondition"):
                 loaded.broadcast.SpinCondition.wait = lambda self, timeout_ms=None: None
+            if loaded.arena is not None:
+                arena, meta = loaded.arena.ShmTensorArena, loaded.arena.ShmTensorArena._meta
+                arena._meta = lambda self, idx: _Flags(meta(self, idx), f"a{idx}")
 
+        def scale_arena(dep):
+            import inspect
+
+            init = loaded.arena.ShmTensorArena.__init__
+            params = [q for q in inspect.signature(init).parameters.values() if q.default is not q.empty]
+            given = {"slot_bytes": dep.arena_slot_bytes, "n_slots": dep.arena_slots}
+            init.__defaults__ = tuple(given.get(q.name, q.default) for q in params)
+
+        def arena_rows(q):
+            a = q.tensor_arena
+            buf, size = a.shared_memory.buf, a.metadata_size
+            return [bytes(buf[a.metadata_offset + i * size:a.metadata_offset + (i + 1) * size])
+                    for i in range(a.n_slots)]
+
+        torch = getattr(loaded.broadcast, "torch", None)
         api = SimpleNamespace(MessageQueue=loaded.broadcast.MessageQueue, Handle=loaded.broadcast.Handle, row=row,
-                              instrument=instrument, ring=loaded.broadcast.ShmRingBuffer)
+                              instrument=instrument, ring=loaded.broadcast.ShmRingBuffer,
+                              install=lambda: slotfiles.install(loaded),
+                              tensor=(lambda data: torch.frombuffer(data, dtype=torch.uint8)) if torch else None,
+                              scale_arena=scale_arena, arena_rows=arena_rows,
+                              arena_fallbacks=lambda q: q.tensor_arena._fallbacks)
     import inspect
 
     api.timeouts = "timeout" in inspect.signature(api.MessageQueue.enqueue).parameters
@@ -373,6 +523,12 @@ class _Flags:
     def __len__(self) -> int:
         return len(self.mv)
 
+    def __enter__(self) -> "_Flags":
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.mv.release()
+
 
 def _arm(api: Any, gate: Any) -> None:
     """Make every flag access a yield point (``gate``: the scheduler's
@@ -421,16 +577,27 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
     _untracked()
     try:
         api = queue_api(target)
+        api.install()
+        extra = {}
+        if dep.arena:
+            api.scale_arena(dep)
+            extra["enable_shm_tensor_arena"] = True
         holder = [api.MessageQueue(dep.local + dep.remote, dep.local, max_chunk_bytes=dep.chunk_bytes,
-                                   max_chunks=dep.chunks, connect_ip="127.0.0.1")]
+                                   max_chunks=dep.chunks, connect_ip="127.0.0.1", **extra)]
         mq = holder[0]
+        arena = getattr(mq, "tensor_arena", None) if dep.arena else None
         conn.send(("handle", _handle_json(mq.export_handle())))
         mq.wait_until_ready()
         _arm(api, gate)
         conn.send(("ready", time.monotonic()))
         events = _Stream(conn)
         for seq, kind in enumerate(plan(dep)):
-            msg = message(dep, seq, kind)
+            msg = message(dep, seq, kind, api.tensor)
+            qualifying = sum(1 for t in tensors_of(msg[3])
+                             if ARENA_MIN <= _size(t) <= dep.arena_slot_bytes) if arena is not None else 0
+            if qualifying:  # before the enqueue: a slot free now stays free until the writer claims it
+                free_before = [i for i, r in enumerate(api.arena_rows(mq)) if not r[0] or all(r[1:])]
+                fallbacks = api.arena_fallbacks(mq)
             if dep.fault == "writer-killed-mid-write" and seq == dep.at:
                 with mq.acquire_write(**_kw(api, dep.timeout)) as buf:  # claimed; half a message copied; killed
                     half = os.urandom(min(4096, len(buf) // 2))
@@ -451,23 +618,45 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
                     events.append(("timeout", seq, kind, t0, time.monotonic(), str(exc) or "TimeoutError", row))
                     break
                 except Exception as exc:  # noqa: BLE001 - reported as the writer's error
-                    events.append(("error", seq, kind, t0, time.monotonic(), f"{type(exc).__name__}: {exc}"))
+                    what = "refused" if kind == "tensor-poison" else "error"  # its pickling fails: expected
+                    events.append((what, seq, kind, t0, time.monotonic(), f"{type(exc).__name__}: {exc}"))
                     break
                 except SchedulerStop as exc:
                     events.append(("stopped", seq, kind, t0, time.monotonic(), str(exc)))
                     break
                 events.append(("sent", seq, kind, t0, time.monotonic(), msg[4], _size(msg[3])))
+                if dep.reuse:
+                    _reuse(msg[3])
                 break
-            if events[-1][0] != "sent":
+            if qualifying and events[-1][0] in ("sent", "refused"):
+                events.append(("arena", seq, kind, free_before, qualifying, api.arena_fallbacks(mq) - fallbacks))
+            msg = None
+            if events[-1][0] not in ("sent", "refused", "arena"):
                 break
         _arm(None, None)
         conn.send(("done",))
         conn.recv()  # stay up (sockets open) until every reader has reported
+        if arena is not None:  # every slot's flags once every reader has dropped its tensors and flushed
+            conn.send(("arena-final", [list(r) for r in api.arena_rows(mq)]))
+        arena = None
         del mq
         _close(holder)
     except BaseException as exc:  # noqa: BLE001 - reported to the controller
         _failed(conn, exc)
     os._exit(0)
+
+
+def _reuse(body: Any) -> None:
+    """The caller reuses its buffers once ``enqueue`` has returned (as an
+    engine's scheduler reuses a tensor's memory for the next step): every
+    out-of-band array and tensor of the message is overwritten.  A store
+    that still reads them afterwards (a zero-copy send in flight on a
+    socket) delivers the new bytes; the readers' digests show it."""
+    for part in [body, *tensors_of(body)] if not isinstance(body, list) else tensors_of(body):
+        if isinstance(part, OutOfBand) and not part.mv.readonly:
+            part.mv[:] = bytes(part.mv.nbytes)
+        elif is_tensor(part) and hasattr(part, "fill_"):
+            part.fill_(0)
 
 
 class _Stream(list):
@@ -541,25 +730,37 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
     _untracked()
     try:
         api = queue_api(target)
+        api.install()
         holder = [api.MessageQueue.create_from_handle(_handle_of(api, handle), rank)]
         mq = holder[0]
         mq.wait_until_ready()
         _arm(api, gate)
         events = _Stream(conn)
         kept: list[tuple[int, Any, str]] = []
-        total = dep.messages if not dep.fault else None
+        held: list[tuple[int, int, Any, str]] = []  # the tensors held: (drop after read n, seq, tensor, digest)
+        total = sum(k != "tensor-poison" for k in plan(dep)) if not dep.fault else None  # a poisoned one never comes
         deadline = time.monotonic() + REPORT_TIMEOUT_S
         idle = 0  # timeouts in a row once the count is known
         pace = random.Random(f"{dep.seed}/{label}")
         victim = label == f"r{dep.victim + 1}" and dep.fault == "reader-killed-between"
-        while total is None or len(events) < total:
-            if victim and len(events) == dep.at:
+        reads = 0  # dequeue outcomes in ``events`` (the others are drops)
+
+        def drop(due: int | None) -> None:  # check a held tensor again, then let it go (its slot's release)
+            for item in [h for h in held if due is None or h[0] <= due]:
+                held.remove(item)
+                _, seq_, t, want_ = item
+                events.append(("drop", seq_, time.monotonic(), digest(t) == want_))
+                del t, item
+
+        while total is None or reads < total:
+            if victim and reads == dep.at:
                 os.kill(os.getpid(), signal.SIGKILL)
+            drop(reads)
             t0 = time.monotonic()
             try:
                 obj = mq.dequeue(**_kw(api, POLL_S if dep.fault else dep.waits))
             except SchedulerStop as exc:
-                events.append(("stopped", len(events), t0, time.monotonic(), str(exc)))
+                events.append(("stopped", reads, t0, time.monotonic(), str(exc)))
                 break
             except TimeoutError:
                 if total is None and conn.poll():
@@ -568,23 +769,37 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                 # a message in flight on a socket when the writer died never comes: stop after a second
                 if dep.fault and time.monotonic() < deadline and idle <= IDLE_POLLS:
                     continue
-                events.append(("timeout", len(events), t0, time.monotonic()))
+                events.append(("timeout", reads, t0, time.monotonic()))
                 break
             except Exception as exc:  # noqa: BLE001 - a torn message: judged by the controller; read on
-                events.append(("error", len(events), t0, time.monotonic(), f"{type(exc).__name__}: {exc}"))
+                events.append(("error", reads, t0, time.monotonic(), f"{type(exc).__name__}: {exc}"))
+                reads += 1
                 continue
+            reads += 1
             try:
                 _, seq, kind, body, want, _trip_ = obj
             except (TypeError, ValueError):
-                events.append(("error", len(events), t0, time.monotonic(), f"not a message: {type(obj).__name__}"))
+                events.append(("error", reads - 1, t0, time.monotonic(), f"not a message: {type(obj).__name__}"))
                 continue
-            events.append(("recv", seq, kind, t0, time.monotonic(), want, digest(body) == want, _size(body)))
+            got = digest(body)
+            events.append(("recv", seq, kind, t0, time.monotonic(), want, got == want, _size(body)))
             if isinstance(body, OutOfBand):
-                kept.append((seq, body, want))
+                kept.append((seq, body, got))  # checked again at the end against what it was when received
+            for t in tensors_of(body):  # held for some later messages, half of them as a derived view only
+                view = t.reshape(-1) if pace.random() < 0.5 else t
+                held.append((reads + pace.choice(HOLDS), seq, view, digest(view)))
+                del t, view
+            obj = body = None
             if dep.schedule is None and pace.random() < SLOW_STEP_P:  # a worker's step: the ring fills up
                 time.sleep(pace.choice(SLOW_STEPS_S))
+        drop(None)
+        arena = getattr(mq, "tensor_arena", None)
+        if arena is not None:  # the releases of the dropped tensors, as the next dequeue makes them
+            arena.flush_releases()
+        arena = None
         final = None
-        if dep.fault and events and events[-1][0] == "recv":  # nothing more may come: the wait must end
+        last = next((e for e in reversed(events) if e[0] != "drop"), None)
+        if dep.fault and last is not None and last[0] == "recv":  # nothing more may come: the wait must end
             t0 = time.monotonic()
             try:
                 obj = mq.dequeue(**_kw(api, POLL_S))
@@ -628,6 +843,9 @@ class Outcome:
     """When the controller first saw a process dead (``time.monotonic``)."""
     stderr: str = ""
     """The end of the processes' stderr when a process failed (the log itself is removed)."""
+    arena_final: list[list[int]] | None = None
+    """Every arena slot's flags ``[written, done_0, ...]`` at the end, once
+    every reader dropped its tensors and flushed its releases (arena runs)."""
 
 
 def _recv(conn, seconds: float) -> Any:
@@ -770,6 +988,11 @@ def run(target: Any, dep: Deployment) -> Outcome:
                 wconn.send("exit")
             except (BrokenPipeError, OSError):
                 pass
+            while dep.arena:  # its arena's flags, once every reader is done
+                got = _recv(wconn, 10.0)
+                if got is None or got[0] == "arena-final":
+                    out.arena_final = got[1] if got else None
+                    break
     finally:
         for p in procs.values():
             p.join(5)
@@ -913,6 +1136,7 @@ def judge(out: Outcome) -> list[Step]:
     raw: list[tuple[float, Step]] = []
     sent = [e for e in out.writer if e[0] == "sent"]
     order = [e[1] for e in sent]
+    position = {seq: i for i, seq in enumerate(order)}  # a refused message takes no place in the ring
     digests = {e[1]: e[5] for e in sent}
     kinds = {e[1]: e[2] for e in sent}
     victim = f"r{dep.victim + 1}" if dep.fault.startswith("reader-killed") else None
@@ -964,6 +1188,19 @@ def judge(out: Outcome) -> list[Step]:
         elif kind == "error":
             step(e[4], "writer", "enqueue", {"seq": seq, "kind": e[2]}, f"message {seq} sent", e[5],
                  [("PROG", f"the writer's enqueue of message {seq} raised {e[5]}")])
+        elif kind == "refused":  # a message that does not pickle: the enqueue raises, nothing is sent
+            step(e[4], "writer", "enqueue", {"seq": seq, "kind": e[2]}, "the enqueue raises (part of it does not "
+                 "pickle)", f"raised {e[5][:120]}")
+        elif kind == "arena":
+            _, seq, what, free, qualifying, fell_back = e
+            v = []
+            if fell_back > max(0, qualifying - len(free)):
+                v.append(("PROG", f"the writer fell back to the pickle path for {fell_back} of message {seq}'s "
+                                  f"{qualifying} arena tensor(s) although arena slots {free} were free (every "
+                                  "reader had released them)"))
+            step(raw[-1][0] if raw else 0.0, "writer", "arena", {"seq": seq, "kind": what},
+                 f"{min(qualifying, len(free))} of {qualifying} tensor(s) in the arena",
+                 f"free slots {free}; fell back for {fell_back}", v)
     for n in out.notes:
         if n[0] == "blocked":
             who = n[1]
@@ -1000,6 +1237,14 @@ def judge(out: Outcome) -> list[Step]:
                      f"exited {code} without a report", [("LIVE", f"{label} exited {code} without a report")])
             continue
         events, final, changed = out.readers[label]
+        for e in events:
+            if e[0] == "drop":
+                _, seq, t, ok = e
+                step(t, label, "drop", {"seq": seq}, "the tensor unchanged while held",
+                     "unchanged" if ok else "CHANGED",
+                     [] if ok else [("NRR", f"{label}'s tensor of message {seq} changed while it held it: the writer "
+                                            "reused its slot under a live view")])
+        events = [e for e in events if e[0] != "drop"]
         seen: set[int] = set()
         for i, e in enumerate(events):
             want = order[i] if i < len(order) else None
@@ -1007,11 +1252,14 @@ def judge(out: Outcome) -> list[Step]:
                 _, seq, kind, t0, t1, claimed, ok, size = e
                 v = []
                 if not ok or (seq in digests and digests[seq] != claimed):
-                    v.append(("NRR", f"{label} received message {seq} ({kind}) with other bytes than written"))
+                    how = (": it came over a socket, so the store most likely still read the writer's buffers after "
+                           "enqueue had returned and the caller had reused them (a zero-copy send in flight)"
+                           if label.startswith("remote") or kind in OVER_SOCKET else "")
+                    v.append(("NRR", f"{label} received message {seq} ({kind}) with other bytes than written{how}"))
                 if want is None:
                     v.append(("FIFO", f"{label} received message {seq} after the last one the writer completed"
                                       + (f" ({order[-1]})" if order else "")))
-                elif seq > want and (seq - want) % dep.chunks == 0 and label.startswith("r"):
+                elif seq > want and (position.get(seq, seq) - i) % dep.chunks == 0 and label.startswith("r"):
                     v.append(("NRR", f"{label} read chunk {want % dep.chunks} expecting message {want} and got "
                                      f"message {seq}: the chunk was rewritten before it had read it (a recycled "
                                      "read)"))
@@ -1032,7 +1280,7 @@ def judge(out: Outcome) -> list[Step]:
                 v = []
                 lost = order[i:]
                 in_flight = dep.fault == "writer-killed-mid-write" and all(
-                    kinds.get(q, "").endswith("overflow") for q in lost)
+                    kinds.get(q, "") in OVER_SOCKET for q in lost)
                 if want is not None and not in_flight:
                     prop = "PROG" if not dep.fault else "FIFO"
                     v.append((prop, f"{label}'s dequeue timed out where message {want} was next"))
@@ -1065,8 +1313,38 @@ def judge(out: Outcome) -> list[Step]:
                  f"changed: messages {changed}",
                  [("NRR", f"{label}'s out-of-band arrays of messages {changed} changed after later writes "
                           "reused their chunks (they alias the ring)")])
+    if out.arena_final is not None:
+        _judge_arena_final(out, step)
     raw.sort(key=lambda ts: ts[0])
     return [replace(s, index=i) for i, (_, s) in enumerate(raw)]
+
+
+def _judge_arena_final(out: Outcome, step: Any) -> None:
+    """PROG at the end of an arena run: every slot is free for the writer
+    (unwritten, or released by every reader) once every live reader has
+    dropped its tensors and flushed; only a killed reader may hold one."""
+    dep = out.dep
+    victim = f"r{dep.victim + 1}" if dep.fault.startswith("reader-killed") else None
+    live = [r for r in range(dep.local) if f"r{r + 1}" in out.readers and f"r{r + 1}" != victim]
+    failed = [e for e in out.writer if e[0] in ("refused", "timeout", "error")
+              and e[2] in ("tensor", "tensor-pair", "tensor-poison")]
+    for i, row in enumerate(out.arena_final):
+        holding = [f"r{r + 1}" for r in live if row[0] and not row[1 + r]]
+        v = []
+        if holding:
+            why = ""
+            if failed:
+                e = failed[0]
+                why = (f"; message {e[1]}'s enqueue raised after its tensor was copied into the arena "
+                       f"({e[5][:80]}), so no reader ever received the slot's stub and nobody can release it: "
+                       "the slot is lost to the arena for good" if e[0] != "timeout" else
+                       f"; message {e[1]}'s enqueue timed out after its tensor was copied into the arena, so no "
+                       "reader ever received the slot's stub and nobody can release it: the slot is lost to the "
+                       "arena for good")
+            v.append(("PROG", f"arena slot {i} is still held for {', '.join(holding)} after every reader dropped "
+                              f"its tensors and flushed its releases (flags {row}){why}"))
+        step(time.monotonic(), "writer", "arena-final", {"slot": i},
+             "free (unwritten, or released by every live reader)", f"flags {row}", v)
 
 
 __all__ = ["Deployment", "FAULTS", "KINDS", "OutOfBand", "Outcome", "Tripwire", "digest", "judge", "message",

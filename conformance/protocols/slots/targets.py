@@ -134,11 +134,12 @@ def _load_impl_file(path: Path, kind: str) -> Any:
     except (Exception, SystemExit) as exc:  # noqa: BLE001 - any import failure is the target's
         raise TargetError(f"{path} failed to import: {type(exc).__name__}: {exc}") from None
     cls = "SlotArena" if kind == "arena" else "SlotQueue"
-    mq = getattr(module, "MessageQueue", None) if kind == "queue" else None
+    mq = getattr(module, "MessageQueue", None)
     if not isinstance(getattr(module, cls, None), type) and isinstance(mq, type):
-        module.SlotQueue = mq.ring_class  # a fault of the MessageQueue surface: its ring for the lockstep
+        # a fault of the MessageQueue surface: its ring (or arena) for the lockstep
+        setattr(module, cls, mq.arena_class if kind == "arena" else mq.ring_class)
     if not isinstance(getattr(module, cls, None), type):
-        raise TargetError(f"{path} does not define {cls}" + (" or MessageQueue" if kind == "queue" else ""))
+        raise TargetError(f"{path} does not define {cls} or MessageQueue")
     return module
 
 

@@ -2,14 +2,18 @@
 vLLM 0.33.0's and impl's ``MessageQueue`` built by their own constructors,
 the writer and every reader a process of its own, pyzmq's sockets live,
 messages through ``enqueue``/``dequeue``.  Both pass the free-running load
-and every process fault; the seeded faults of the deployed paths (the
-out-of-band buffers, the overflow path, the remote readers) are caught, by
-this construction and named with it; nothing is left in /dev/shm or /tmp."""
+and every process fault while the writer's caller leaves its buffers alone;
+once it reuses them after ``enqueue`` returns, vLLM 0.33.0's zero-copy
+sends deliver the new bytes and impl's do not; the seeded faults of the
+deployed paths (the out-of-band buffers, the overflow path, the remote
+readers) are caught, by this construction and named with it; nothing is
+left in /dev/shm or /tmp."""
 
 from __future__ import annotations
 
 import json
 import os
+from dataclasses import replace
 
 import pytest
 
@@ -23,6 +27,8 @@ pytestmark = pytest.mark.xdist_group("slots-deployed")
 
 
 def _target(spec: str):
+    if "==" not in spec:  # nothing to fetch: a load error is a failure
+        return protocols.load(spec)
     try:
         return protocols.load(spec)
     except TargetError as exc:
@@ -50,6 +56,7 @@ def queue(request):
 @pytest.mark.parametrize("dep", [D.Deployment(), D.Deployment(start_method="spawn", local=1, remote=1)],
                          ids=["fork-2-local-1-remote", "spawn-1-local-1-remote"])
 def test_every_reader_receives_the_written_sequence_and_keeps_its_arrays(queue, dep):
+    dep = replace(dep, reuse=queue.origin == "impl")  # vLLM's sockets with a reusing caller: the test below
     out = D.run(queue, dep)
     steps = D.judge(out)
     assert _violations(steps) == [] and out.failures == {}
@@ -65,7 +72,7 @@ def test_every_reader_receives_the_written_sequence_and_keeps_its_arrays(queue, 
 
 @pytest.mark.parametrize("fault", D.FAULTS)
 def test_every_process_fault_ends_in_the_queues_timeout_with_the_survivors_whole(queue, fault):
-    dep = D.Deployment(fault=fault, at=5, timeout=0.5)
+    dep = D.Deployment(fault=fault, at=5, timeout=0.5, reuse=queue.origin == "impl")
     out = D.run(queue, dep)
     steps = D.judge(out)
     assert _violations(steps) == [], [(s.process, s.action, s.observed) for s in steps[-6:]]
@@ -86,6 +93,16 @@ def test_every_process_fault_ends_in_the_queues_timeout_with_the_survivors_whole
         assert got == sent[:len(got)] and len(got) >= len(sent) - 1  # at most one in flight on a socket
         assert final is None or final[0] == "timeout"
     assert out.handle and _left_behind(out) == []
+
+
+def test_a_caller_reusing_its_buffers_changes_what_vllms_socket_readers_receive_and_not_impls():
+    dep = D.Deployment(messages=24)
+    found = _violations(D.judge(D.run(_target("vllm-queue==0.33.0"), dep)))
+    wrong = [f for f in found if f[1] == "dequeue"]
+    assert wrong and all(p == "NRR" and "came over a socket" in m for _, _, p, m in wrong)
+    kinds = {m.split("(")[1].split(")")[0] for _, _, _, m in wrong}
+    assert kinds <= {"oob", "oob-overflow"}  # only the zero-copy out-of-band frames; every in-chunk read whole
+    assert _violations(D.judge(D.run(_target("impl-queue"), dep))) == []
 
 
 def test_impl_names_the_dead_reader_in_its_timeout():
@@ -175,3 +192,35 @@ def test_a_finding_in_another_construction_is_not_excused_in_the_deployed_one():
     ctx = SimpleNamespace(config=SessionConfig(excused=frozenset({"LIVE", "FIFO@get", "SW"})),
                           failed=frozenset({"LIVE", "FIFO"}))
     assert _own_excusals(ctx).excused == {"SW"}
+
+
+# ---- the arena: the queue with its tensor arena on ---------------------------------------
+
+ARENA = D.Deployment(arena=True, remote=0, messages=16)
+
+
+def test_vllms_arena_loses_the_slot_of_a_message_that_fails_to_pickle_and_impls_does_not():
+    out = D.run(_target("vllm-arena==0.33.0"), replace(ARENA, reuse=False))  # (a reusing caller: the queue's test)
+    steps = D.judge(out)
+    found = _violations(steps)
+    # held tensors never change and every reader receives the sequence; the one finding is the leaked slot
+    assert found and all(a == "arena-final" and p == "PROG" for _, a, p, _ in found), found
+    assert "enqueue raised after its tensor was copied into the arena" in found[0][3]
+    drops = [s for s in steps if s.action == "drop"]
+    assert len(drops) >= 10 and all(s.observed == "unchanged" for s in drops)
+    placed = [e for e in out.writer if e[0] == "arena"]
+    assert placed and sum(len(e[3]) for e in placed) > 0  # tensors went through the arena's slots
+    out = D.run(_target("impl-arena"), ARENA)
+    assert _violations(D.judge(out)) == [] and out.failures == {}
+    assert out.arena_final and all(r[0] == 0 or all(r[1:]) for r in out.arena_final)
+    assert ARENA.construction()["arena"] is True and "tensor arena on" in ARENA.name
+    assert _left_behind(out) == []
+
+
+@pytest.mark.parametrize("fault, dep, prop", [
+    ("arena_remote_stub", replace(ARENA, local=1, remote=1), "NRR"),
+    ("arena_no_take_back", ARENA, "PROG"),
+])
+def test_the_arenas_deployed_paths_faults_are_found_by_the_deployed_construction(fault, dep, prop):
+    out = D.run(_target(f"arena:impl-file:{SLOT_MUTANTS_DIR / (fault + '.py')}"), dep)
+    assert prop in {p for _, _, p, _ in _violations(D.judge(out))}

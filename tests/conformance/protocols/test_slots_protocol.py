@@ -39,9 +39,9 @@ def test_impl_passes_every_property_of_its_protocol(kind, tmp_path):
     assert result.verdict == "pass" and result.protocol == kind
     want = {"NRR", "FIFO", "PROG", "LIVE", "CONFORMANCE"} | ({"DISJ", "FALLBACK"} if kind == "arena" else set())
     assert result.properties == {p: "pass" for p in want}
-    # the queue's default concurrency (free) adds its deployed construction (test_slots_deployed.py)
-    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults"] + (
-        ["deployed-controlled", "deployed", "deployed-faults"] if kind == "queue" else [])
+    # the default concurrency (free) adds the deployed construction (test_slots_deployed.py)
+    assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults", "deployed-controlled",
+                                                  "deployed", "deployed-faults"]
     assert all(c.examples >= 100 and c.completed for c in result.campaigns[:2]) and result.campaigns[2].completed
     assert all(c.completed for c in result.campaigns[3:])
     data = json.loads((tmp_path / "report.json").read_text())
@@ -133,9 +133,10 @@ def test_the_torch_stand_in_keeps_an_array_alive_like_torch_storage():
 @pytest.mark.network
 @pytest.mark.parametrize("kind", ["arena", "queue"])
 def test_vllm_0_33_0_reaches_a_verdict_and_passes_lockstep(kind, tmp_path):
+    # in one process (its deployed construction's findings: test_slots_deployed.py)
     target = _vllm(kind)
     assert target.source.name == ("shm_tensor_arena.py" if kind == "arena" else "shm_broadcast.py")
-    result = shmspec.check(target, report_dir=tmp_path)
+    result = shmspec.check(target, report_dir=tmp_path, concurrency="off")
     assert result.verdict == "pass", [v.message for v in result.violations]
     assert result.seconds < 180
 
@@ -148,7 +149,8 @@ def test_a_vllm_arena_with_its_reuse_check_broken_is_found(tmp_path):
     assert good in src
     (tmp_path / "shm_broadcast.py").write_text(target.files.broadcast_path.read_text())
     (tmp_path / "shm_tensor_arena.py").write_text(src.replace(good, "free = meta[0] == 0 or sum(meta[1:]) >= 1"))
-    result = shmspec.check(f"arena:file:{tmp_path / 'shm_tensor_arena.py'}", report_dir=tmp_path / "r")
+    result = shmspec.check(f"arena:file:{tmp_path / 'shm_tensor_arena.py'}", report_dir=tmp_path / "r",
+                           concurrency="off")
     assert result.properties["NRR"] == "fail"
     v = next(v for v in result.violations if v.property == "NRR")
     assert "rewritten while" in v.message or "changed" in v.message
