@@ -50,6 +50,8 @@ class Construction:
     """Deployed, under a schedule: every flag access a yield point."""
     arena: bool = False
     """Deployed with the queue's tensor arena (``enable_shm_tensor_arena``)."""
+    torch: str = ""
+    """With the arena: whose tensors (``stand-in`` or ``torch X.Y.Z``)."""
 
     @property
     def name(self) -> str:
@@ -62,7 +64,7 @@ class Construction:
                       if self.remote_readers else "")
             return (f"deployed: writer process, {self.n_readers} {method} local "
                     f"reader{'s' if self.n_readers != 1 else ''}{remote}; sockets live, enqueue/dequeue"
-                    + ("; tensor arena on" if self.arena else "")
+                    + (f"; tensor arena on ({self.torch or 'stand-in'} tensors)" if self.arena else "")
                     + ("; scheduled at every flag access" if self.scheduled else ""))
         if self.start_method == "one-process":
             return f"writer and {self.n_readers} reader{'s' if self.n_readers != 1 else ''} in one process"
@@ -85,7 +87,8 @@ class Construction:
         dep = config.get("deployment")
         if dep:  # a slot queue's deployed run (its readers' start method and counts)
             return cls(False, str(dep.get("start_method", "fork")), int(dep.get("local", 2)),
-                       int(dep.get("remote", 0)), True, dep.get("schedule") is not None, bool(dep.get("arena")))
+                       int(dep.get("remote", 0)), True, dep.get("schedule") is not None, bool(dep.get("arena")),
+                       str(dep.get("torch") or ""))
         return cls(bool(config.get("writer_lock", False)), str(config.get("start_method", "fork")),
                    int(config.get("n_readers", 2)))
 
@@ -95,7 +98,7 @@ class Construction:
         if self.deployed:
             out.update(deployed=True, remote_readers=self.remote_readers, scheduled=self.scheduled)
             if self.arena:
-                out["arena"] = True
+                out.update(arena=True, torch=self.torch or "stand-in")
         return out
 
 

@@ -186,7 +186,7 @@ class GateResult:
             out.append({**two.to_json(), "primary": False, "campaigns": apart})
         for name, row in own.items():  # a campaign that ran in a construction of its own (the slot queue's deployed)
             out.append({**{k: row[k] for k in ("name", "deployed", "writer_lock", "start_method", "n_readers",
-                                               "remote_readers", "scheduled") if k in row},
+                                               "remote_readers", "scheduled", "arena", "torch") if k in row},
                         "primary": False, "campaigns": [name]})
         for c in self.campaigns:
             for row in c.rates.get("constructions", []) if c.mode == "constructions" else []:

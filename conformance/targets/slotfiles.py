@@ -29,8 +29,13 @@ shared-memory side (``buffer``, ``current_idx``), a reader as
 ``create_from_handle`` does, with the ``SpinCondition`` replaced by
 :class:`StandInSpin` (a reader's wait is vLLM's own bounded check; its
 sleep is a yield).  What this leaves out of the construction vLLM deploys:
-the zmq notification, the overflow path over the socket, and torch's real
-tensors (docs/slots.md#targets).
+the zmq notification and the overflow path over the socket (the deployed
+construction has them: :mod:`shmspec.conformance.protocols.slots.deployed`,
+which loads the files with real pyzmq and installs them in each of its
+processes, :func:`install`).
+
+With the ``torch`` extra installed, an arena's files get torch and numpy
+for real instead (:func:`torch_mode`, ``SHMSPEC_TORCH``; docs/slots.md#real-torch).
 """
 
 from __future__ import annotations
@@ -630,11 +635,61 @@ def queue_reader(files: SlotFiles, writer: Any, rank: int) -> Any:
     return mq
 
 
-def uint8_tensor(data: bytes) -> StandInTensor:
-    """A 1-D uint8 tensor holding a copy of ``data`` (the writer's message)."""
+def uint8_tensor(data: bytes, files: SlotFiles | None = None) -> Any:
+    """A 1-D uint8 tensor holding a copy of ``data`` (the writer's
+    message): the stand-in's, or real torch's where ``files`` were loaded
+    with it (:func:`torch_roots`)."""
+    torch = _real_torch(files)
+    if torch is not None:
+        return torch.frombuffer(bytearray(data), dtype=torch.uint8)
     return _frombuffer(bytearray(data), DTYPES["uint8"])
 
 
-__all__ = ["StandInSpinTimer", "WouldWait", "has_timeouts", "install", "queue_api", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
+def uint8(files: SlotFiles | None = None) -> Any:
+    """The uint8 dtype the files' torch has (the stand-in's or torch's)."""
+    torch = _real_torch(files)
+    return torch.uint8 if torch is not None else DTYPES["uint8"]
+
+
+def tensor_bytes(t: Any) -> bytes:
+    """The bytes a uint8 tensor (the stand-in's or torch's) views now."""
+    return t.tobytes() if hasattr(t, "tobytes") else t.numpy().tobytes()
+
+
+def _real_torch(files: SlotFiles | None) -> Any:
+    torch = getattr(getattr(files, "arena", None), "torch", None) if files is not None else None
+    return torch if torch is not None and not isinstance(torch, _PermissiveModule) else None
+
+
+TORCH_ENV = "SHMSPEC_TORCH"
+"""``auto`` (the default), ``real`` or ``stand-in``: which torch the arena's files get."""
+
+
+def torch_mode() -> str:
+    """``real`` when CPU torch and numpy are installed (``pip install
+    'shmspec[torch]'``) and ``SHMSPEC_TORCH`` is not ``stand-in``; else
+    ``stand-in`` (the default install has no torch).
+
+    Raises:
+        TargetError: ``SHMSPEC_TORCH=real`` without torch, or another value."""
+    want = os.environ.get(TORCH_ENV, "auto") or "auto"
+    if want not in ("auto", "real", "stand-in"):
+        raise TargetError(f"{TORCH_ENV}={want!r}: use auto, real or stand-in")
+    if want == "stand-in":
+        return want
+    have = all(importlib.util.find_spec(m) is not None for m in ("torch", "numpy"))
+    if want == "real" and not have:
+        raise TargetError(f"{TORCH_ENV}=real but torch (or numpy) is not installed: pip install 'shmspec[torch]'")
+    return "real" if have else "stand-in"
+
+
+def torch_roots() -> tuple[str, ...]:
+    """The roots an arena's files get for real (``load_slot_files(real=)``):
+    ``("torch", "numpy")`` in :func:`torch_mode` ``real``, else none."""
+    return ("torch", "numpy") if torch_mode() == "real" else ()
+
+
+__all__ = ["StandInSpinTimer", "TORCH_ENV", "WouldWait", "has_timeouts", "install", "queue_api", "tensor_bytes",
+           "torch_mode", "torch_roots", "uint8", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
            "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
            "uint8_tensor"]

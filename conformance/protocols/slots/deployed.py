@@ -142,6 +142,9 @@ class Deployment:
     reuse: bool = True
     """The writer's caller reuses its buffers once ``enqueue`` returns
     (:func:`_reuse`), as an engine's scheduler does."""
+    torch: str = ""
+    """Whose tensors the arena's runs use: ``stand-in`` or ``torch X.Y.Z``
+    (:func:`~shmspec.conformance.targets.slotfiles.torch_mode`); a label."""
     arena_slots: int = 4
     arena_slot_bytes: int = 12 * MiB
     """The arena's geometry (vLLM's default: 8 slots of 256 MiB; scaled as
@@ -162,7 +165,7 @@ class Deployment:
         from ...core.constructions import Construction
 
         return Construction(False, self.start_method, self.local, self.remote, True, self.schedule is not None,
-                            self.arena)
+                            self.arena, self.torch if self.arena else "")
 
     def labels(self) -> list[str]:
         return [f"r{i + 1}" for i in range(self.local)] + [f"remote{i + 1}" for i in range(self.remote)]
@@ -415,15 +418,22 @@ def queue_api(target: Any) -> Any:
             a = q.tensor_arena
             return [a.row(i) for i in range(a.n_slots)]
 
+        def tensor(data):
+            if target.kind == "arena" and slotfiles.torch_mode() == "real":
+                import torch
+
+                return torch.frombuffer(data, dtype=torch.uint8)
+            return slotfiles._frombuffer(data, slotfiles.DTYPES["uint8"])
+
         api = SimpleNamespace(MessageQueue=mq, Handle=broadcast.Handle, row=lambda q: q.buffer.row(q.current_idx),
-                              instrument=instrument, install=lambda: None,
-                              tensor=lambda data: slotfiles._frombuffer(data, slotfiles.DTYPES["uint8"]),
+                              instrument=instrument, install=lambda: None, tensor=tensor,
                               scale_arena=scale_arena, arena_rows=arena_rows,
                               arena_fallbacks=lambda q: q.tensor_arena.fallbacks)
     else:
         files = target.files
         arena_path = files.arena_path if target.kind == "arena" else None
-        loaded = slotfiles.load_slot_files(files.broadcast_path, arena_path, real=("zmq",))
+        loaded = slotfiles.load_slot_files(files.broadcast_path, arena_path,
+                                           real=("zmq",) + (slotfiles.torch_roots() if arena_path else ()))
 
         def row(q):
             with q.buffer.get_metadata(q.current_idx) as m:

@@ -54,6 +54,22 @@ class SlotTarget:
         """The names of the file's own project the loader stood in for (reports list them)."""
         return tuple(getattr(self.files, "stood_in", ()) or ())
 
+    @property
+    def torch(self) -> str:
+        """Whose tensors an arena target's campaigns use: ``torch X.Y.Z``
+        (real CPU torch, installed) or ``stand-in``."""
+        if self.kind != "arena":
+            return "stand-in"
+        if self.origin == "impl":
+            real = slotfiles.torch_mode() == "real"
+        else:
+            real = slotfiles._real_torch(self.files) is not None
+        if not real:
+            return "stand-in"
+        import torch
+
+        return f"torch {torch.__version__}"
+
     # the contract the model encodes: docs/slots.md, read from vLLM 0.33.0
     profile: Any = field(default_factory=lambda: SimpleNamespace(name="slots-0.33"))
 
@@ -91,7 +107,7 @@ def load(kind: str, spec: str) -> SlotTarget:
         return SlotTarget(full, kind, "impl")
     if spec.startswith("vllm=="):
         broadcast, arena = fetch_files(spec.split("==", 1)[1], kind)
-        files = slotfiles.load_slot_files(broadcast, arena)
+        files = slotfiles.load_slot_files(broadcast, arena, real=slotfiles.torch_roots() if arena else ())
         return SlotTarget(full, kind, "vllm", files, arena or broadcast)
     if spec.startswith("sglang=="):
         if kind == "arena":
@@ -108,7 +124,7 @@ def load(kind: str, spec: str) -> SlotTarget:
             raise TargetError(f"{path} holds {slotfiles.STORE_NAMES[found]}, not {slotfiles.STORE_NAMES[kind]}: "
                               f"use --target {use}{path}")
         if kind == "arena":
-            files = slotfiles.load_slot_files(path.with_name("shm_broadcast.py"), path)
+            files = slotfiles.load_slot_files(path.with_name("shm_broadcast.py"), path, real=slotfiles.torch_roots())
         else:
             files = slotfiles.load_slot_files(path)
         return SlotTarget(full, kind, "file", files, path)
@@ -191,7 +207,7 @@ class ArenaDriver(_Driver):
         if self.target.origin == "impl":
             stub = self.w.write(data)
             return (None, None) if stub is None else (stub.slot, stub)
-        idx = self.w.write_tensor(slotfiles.uint8_tensor(data))
+        idx = self.w.write_tensor(slotfiles.uint8_tensor(data, self.target.files))
         return idx, (None if idx is None else (idx, len(data)))
 
     def view(self, r: int, stub: Any) -> Any:
@@ -199,7 +215,7 @@ class ArenaDriver(_Driver):
         if self.target.origin == "impl":
             return self.r[r].view(stub)
         idx, n = stub
-        return self.r[r].get_tensor(idx, n, slotfiles.DTYPES["uint8"], (n,))
+        return self.r[r].get_tensor(idx, n, slotfiles.uint8(self.target.files), (n,))
 
     def derive(self, view: Any) -> Any:
         """A second view sharing the first one's memory (a slice or ``.view``)."""
@@ -207,7 +223,7 @@ class ArenaDriver(_Driver):
 
     @staticmethod
     def read(view: Any) -> bytes:
-        return bytes(view) if isinstance(view, memoryview) else view.tobytes()
+        return bytes(view) if isinstance(view, memoryview) else slotfiles.tensor_bytes(view)
 
     def flush(self, r: int) -> None:
         self.r[r].flush_releases()
