@@ -339,9 +339,14 @@ class MessageQueue:
                 self._take_back(written)
                 raise
             if overflow:  # after the chunk is published: a reader finds the flag, then the frames
-                self.local_socket.send_multipart(frames, copy=True)
-        if self.remote_socket is not None:  # copied: the caller may reuse its buffers once enqueue returns
-            self.remote_socket.send_multipart(frames, copy=True)
+                self._send(self.local_socket, frames)
+        if self.remote_socket is not None:
+            self._send(self.remote_socket, frames)
+
+    def _send(self, sock: Any, frames: list[Any]) -> None:
+        """Send a message's frames, copied into zmq's messages before this
+        returns: the caller may reuse its buffers once ``enqueue`` returns."""
+        sock.send_multipart(frames, copy=True)
 
     def dequeue(self, timeout: float | None = None, indefinite: bool = False) -> Any:
         """The next message.  A local reader first releases the arena slots

@@ -17,7 +17,9 @@ The construction (:class:`Deployment`):
   than a chunk (the overflow path over the local socket), arrays of 1 MiB
   and more pickled out of band (:class:`OutOfBand`: numpy's protocol-5
   reduction, rebuilt zero-copy over the buffer the store hands back), and
-  out-of-band arrays larger than a chunk.  Once ``enqueue`` returns, the
+  out-of-band arrays larger than a chunk (the first message through
+  ``broadcast_object`` on both sides, the rest through
+  ``enqueue``/``dequeue``).  Once ``enqueue`` returns, the
   writer's caller reuses the message's buffers (``Deployment.reuse``), as
   an engine's scheduler reuses a tensor's memory for its next step;
 * an arena target runs the same queue with its tensor arena on
@@ -618,7 +620,10 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
                 t0 = time.monotonic()
                 conn.send(("begin", seq, t0))
                 try:
-                    mq.enqueue(msg, **_kw(api, dep.waits))
+                    if seq == 0:  # the first message as a collective broadcast (no timeout: nothing is full yet)
+                        mq.broadcast_object(msg)
+                    else:
+                        mq.enqueue(msg, **_kw(api, dep.waits))
                 except TimeoutError as exc:
                     row = list(api.row(mq))
                     missing = [r for r in range(dep.local) if row[0] and not row[1 + r]]
@@ -768,7 +773,10 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
             drop(reads)
             t0 = time.monotonic()
             try:
-                obj = mq.dequeue(**_kw(api, POLL_S if dep.fault else dep.waits))
+                if reads == 0:  # the writer's first message is a broadcast_object: so is this side's
+                    obj = mq.broadcast_object()
+                else:
+                    obj = mq.dequeue(**_kw(api, POLL_S if dep.fault else dep.waits))
             except SchedulerStop as exc:
                 events.append(("stopped", reads, t0, time.monotonic(), str(exc)))
                 break
