@@ -423,13 +423,16 @@ def _stand_ins() -> dict[str, ModuleType]:
     platform = types.SimpleNamespace(is_cuda_alike=lambda: False, is_cuda=lambda: False, Event=None)
     platforms = _module("vllm.platforms", current_platform=platform)
     cpu = _module("vllm.utils.cpu_resource_utils", check_cgroup_memory_available=lambda *a, **k: None)
-    net = _module("vllm.utils.network_utils", get_ip=lambda: "127.0.0.1", is_valid_ipv6_address=lambda a: False,
-                  get_open_zmq_ipc_path=lambda: f"ipc:///tmp/shmspec-{uuid.uuid4().hex}",
-                  get_open_zmq_inproc_path=lambda: f"inproc://shmspec-{uuid.uuid4().hex}")
+    # the network helpers, where each release keeps them (vllm.utils before 0.11.1, .network_utils after)
+    helpers = dict(get_ip=lambda: "127.0.0.1", is_valid_ipv6_address=lambda a: ":" in str(a),
+                   get_open_port=_open_port, get_open_zmq_ipc_path=lambda: f"ipc:///tmp/shmspec-{uuid.uuid4().hex}",
+                   get_open_zmq_inproc_path=lambda: f"inproc://shmspec-{uuid.uuid4().hex}")
+    net = _module("vllm.utils.network_utils", **helpers)
     mods = {m.__name__: m for m in (torch, torch.nn, torch.cuda, torch.distributed, numpy, zmq, envs, logger,
                                     dutils, platforms, cpu, net)}
-    for name in ("vllm", "vllm.distributed", "vllm.distributed.device_communicators", "vllm.utils"):
+    for name in ("vllm", "vllm.distributed", "vllm.distributed.device_communicators"):
         mods[name] = _module(name)
+    mods["vllm.utils"] = _module("vllm.utils", **helpers)
     for name, mod in mods.items():  # ``import vllm.envs as envs`` reads the attribute of the parent
         parent, _, leaf = name.rpartition(".")
         if parent:

@@ -224,3 +224,15 @@ def test_vllms_arena_loses_the_slot_of_a_message_that_fails_to_pickle_and_impls_
 def test_the_arenas_deployed_paths_faults_are_found_by_the_deployed_construction(fault, dep, prop):
     out = D.run(_target(f"arena:impl-file:{SLOT_MUTANTS_DIR / (fault + '.py')}"), dep)
     assert prop in {p for _, _, p, _ in _violations(D.judge(out))}
+
+
+@pytest.mark.network
+@pytest.mark.parametrize("version, found", [
+    ("0.9.1", set()),  # in-band pickles only (helpers in vllm.utils)
+    ("0.27.0", {("NRR", "dequeue"), ("NRR", "recheck")}),  # out-of-band arrays alias the ring (until 0.32.0)
+    ("0.32.0", {("NRR", "dequeue")}),  # copied out of the chunk; still sent zero-copy over the sockets
+])
+def test_older_releases_build_in_the_deployed_construction_and_show_where_their_arrays_alias(version, found):
+    out = D.run(_target(f"vllm-queue=={version}"), D.Deployment(messages=24))
+    assert out.failures == {} and out.exitcodes["writer"] == 0
+    assert {(p, s.action) for s in D.judge(out) for p, _ in s.violations} == found
