@@ -525,6 +525,8 @@ def summary_lines(res: MatrixResult) -> list[str]:
     for r in res.rows:
         if r["error"] and r["verdict"] == "error":
             lines.append(f"{r['label']}: gate error: {r['error']}")
+        elif r["error"]:  # a fail also had campaigns that could not run: say so, the verdict alone hides it
+            lines.append(f"{r['label']}: {r['verdict']}, and campaigns that did not run: {r['error']}")
     for impl in (r for r in res.rows if r["releases"] == ["impl"]):
         lines.append(f"{impl['label']}: {impl['verdict'].upper()}"
                      + (f" ({', '.join(failing(impl))})" if failing(impl) else ""))
@@ -621,9 +623,11 @@ def main(args, console, err) -> int:
         def on_done(row: dict[str, Any]) -> None:
             bad = failing(row)
             style = VERDICT_STYLE.get(row["verdict"], "")
+            not_run = (f"; campaigns that did not run: {row['error'][:160]}"
+                       if row.get("error") and row["verdict"] != "error" else "")
             progress.console.print(Text.assemble(f"{row['label']}: ", (row["verdict"], style),
                                                  f" ({', '.join(bad)})" if bad else "",
-                                                 f" {row['wall_seconds']:.0f} s"))
+                                                 f" {row['wall_seconds']:.0f} s", (not_run, "magenta")))
             progress.advance(bar)
 
         from ..runner.gate import GATE_PROFILES

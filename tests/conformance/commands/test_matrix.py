@@ -543,3 +543,14 @@ def test_a_slot_protocol_matrix_fetches_its_files_and_groups_by_both(index):
     assert listed.groups == [] and ARENA_FILE in listed.without_store[0]["reason"]
     with pytest.raises(ValueError, match="knows the protocols"):
         matrix.matrix_protocol("toy")
+
+
+def test_a_failing_cell_whose_campaigns_did_not_all_run_says_so(index):
+    _publish_mixed(index)
+    res = matrix.MatrixResult("ci", 0, None, "", matrix.resolve("0.11.0", None, index.url), index.url)
+    res.rows = [{"label": "0.11.0", "releases": ["0.11.0"], "verdict": "fail", "properties": {"NRR": "fail"},
+                 "error": "deployed: RuntimeError: the writer did not build the queue"},
+                {"label": "impl", "releases": ["impl"], "verdict": "pass", "properties": {"NRR": "pass"}, "error": None}]
+    lines = matrix.summary_lines(res)
+    assert "0.11.0: fail, and campaigns that did not run: deployed: RuntimeError: the writer did not build the queue" \
+        in lines
