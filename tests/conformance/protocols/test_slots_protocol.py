@@ -194,7 +194,7 @@ def test_sessions_close_their_segments():
 def test_the_cli_checks_a_slot_target_and_lists_its_faults(tmp_path, capsys):
     from shmspec.conformance.cli import main
 
-    assert main(["check", "--target", "impl-queue", "--report-dir", str(tmp_path / "ok")]) == 0
+    assert main(["check", "--target", "impl-queue", "--concurrency", "off", "--report-dir", str(tmp_path / "ok")]) == 0
     fault = slot_mutants.faults(["queue_no_wait"])[0]
     assert main(["check", "--target", fault.target, "--concurrency", "off", "--report-dir", str(tmp_path / "bad")]) == 1
     capsys.readouterr()
