@@ -166,8 +166,9 @@ class Deployment:
     def as_construction(self) -> Any:
         from ...core.constructions import Construction
 
+        arena = self.arena and not self.remote  # vLLM (and impl) turn the arena off with remote readers
         return Construction(False, self.start_method, self.local, self.remote, True, self.schedule is not None,
-                            self.arena, self.torch if self.arena else "")
+                            arena, self.torch if arena else "")
 
     def labels(self) -> list[str]:
         return [f"r{i + 1}" for i in range(self.local)] + [f"remote{i + 1}" for i in range(self.remote)]
@@ -566,6 +567,8 @@ def _handle_json(handle: Any) -> dict[str, Any]:
     ring = out.get("buffer")
     seg = out.get("buffer_handle") or (ring.get("ring") if isinstance(ring, dict) else None)
     out["segment"] = seg[-1] if seg else None
+    arena = out.get("tensor_arena_handle")
+    out["arena_segment"] = arena[-1] if arena else None
     return out
 
 
@@ -1131,9 +1134,11 @@ def _clean_after_writer(handle: dict[str, Any], killed: bool) -> None:
     import _posixshmem
 
     seg = handle.get("segment")
-    if seg and killed:
+    # the arena's segment too, killed or not: a view a reader still exported at exit keeps its creator's
+    # close from unlinking it (vLLM's __del__ swallows the BufferError)
+    for name in ([seg] if seg and killed else []) + ([handle["arena_segment"]] if handle.get("arena_segment") else []):
         try:  # by name, without attaching: no resource tracker of ours learns of it
-            _posixshmem.shm_unlink(f"/{str(seg).lstrip('/')}")
+            _posixshmem.shm_unlink(f"/{str(name).lstrip('/')}")
         except FileNotFoundError:
             pass
     for key in ("local_subscribe_addr", "local_notify_addr"):

@@ -103,6 +103,8 @@ def load(kind: str, spec: str) -> SlotTarget:
     Raises:
         TargetError: an unknown form, a missing file, or loading failed."""
     full = f"{kind}:{spec}"
+    if kind == "arena":
+        slotfiles.torch_mode()  # a bad SHMSPEC_TORCH is a usage error before anything runs
     if spec == "impl":
         return SlotTarget(full, kind, "impl")
     if spec.startswith("vllm=="):

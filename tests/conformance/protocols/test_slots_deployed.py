@@ -39,7 +39,7 @@ def _left_behind(out: D.Outcome) -> list[str]:
     """What the run's writer made and is still there: its segment, its ipc
     socket files, the processes' log."""
     h = out.handle or {}
-    paths = [f"/dev/shm/{h['segment']}"] if h.get("segment") else []
+    paths = [f"/dev/shm/{h[k]}" for k in ("segment", "arena_segment") if h.get(k)]
     paths += [h[k][6:] for k in ("local_subscribe_addr", "local_notify_addr") if (h.get(k) or "").startswith("ipc://")]
     return [p for p in paths + ([out.log] if out.log else []) if os.path.exists(p)]
 
@@ -201,6 +201,7 @@ ARENA = D.Deployment(arena=True, remote=0, messages=16)
 
 def test_vllms_arena_loses_the_slot_of_a_message_that_fails_to_pickle_and_impls_does_not():
     out = D.run(_target("vllm-arena==0.33.0"), replace(ARENA, reuse=False))  # (a reusing caller: the queue's test)
+    assert out.handle["arena_segment"] and _left_behind(out) == []  # its arena's segment too
     steps = D.judge(out)
     found = _violations(steps)
     # held tensors never change and every reader receives the sequence; the one finding is the leaked slot

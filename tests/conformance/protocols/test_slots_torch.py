@@ -25,7 +25,7 @@ def test_the_torch_selection_is_explicit(monkeypatch):
     assert slotfiles.torch_mode() == "stand-in" and protocols.load("arena:impl").torch == "stand-in"
     monkeypatch.setenv(slotfiles.TORCH_ENV, "cuda")
     with pytest.raises(TargetError, match="use auto, real or stand-in"):
-        slotfiles.torch_mode()
+        protocols.load("arena:impl")  # refused when the target loads, before any campaign runs
     monkeypatch.setenv(slotfiles.TORCH_ENV, "real")
     if HAVE_TORCH:
         assert slotfiles.torch_mode() == "real"
