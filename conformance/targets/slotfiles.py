@@ -654,9 +654,16 @@ def uint8(files: SlotFiles | None = None) -> Any:
     return torch.uint8 if torch is not None else DTYPES["uint8"]
 
 
+def tensor_buffer(t: Any) -> Any:
+    """A uint8 tensor's bytes (the stand-in's or torch's) as a buffer, no copy."""
+    if isinstance(t, StandInTensor):
+        return t._mem()
+    return t.detach().contiguous().numpy()
+
+
 def tensor_bytes(t: Any) -> bytes:
     """The bytes a uint8 tensor (the stand-in's or torch's) views now."""
-    return t.tobytes() if hasattr(t, "tobytes") else t.numpy().tobytes()
+    return bytes(tensor_buffer(t))
 
 
 def _real_torch(files: SlotFiles | None) -> Any:
@@ -692,7 +699,7 @@ def torch_roots() -> tuple[str, ...]:
     return ("torch", "numpy") if torch_mode() == "real" else ()
 
 
-__all__ = ["StandInSpinTimer", "TORCH_ENV", "WouldWait", "has_timeouts", "install", "queue_api", "tensor_bytes",
+__all__ = ["StandInSpinTimer", "TORCH_ENV", "WouldWait", "has_timeouts", "install", "queue_api", "tensor_buffer", "tensor_bytes",
            "torch_mode", "torch_roots", "uint8", "ARENA_FILE", "ARENA_MODULE", "BROADCAST_FILE", "BROADCAST_MODULE", "DTYPES", "SlotFiles", "StandInArray",
            "StandInMissing", "StandInSpin", "StandInTensor", "load_slot_files", "queue_reader", "queue_writer",
            "uint8_tensor"]

@@ -88,6 +88,7 @@ from types import SimpleNamespace
 from typing import Any
 
 from ...lockstep.session import Step
+from ...targets import slotfiles
 
 MiB = 1 << 20
 FAULTS = ("reader-killed-holding", "reader-killed-between", "writer-killed-mid-write")
@@ -321,13 +322,6 @@ def is_tensor(x: Any) -> bool:
     return hasattr(x, "element_size") and hasattr(x, "numel")
 
 
-def _tensor_bytes(t: Any) -> Any:
-    """A uint8 tensor's bytes as a buffer, without a copy where it can."""
-    if hasattr(t, "_mem"):  # the stand-in
-        return t._mem()
-    return t.detach().contiguous().numpy()  # torch: uint8 tensors only here
-
-
 def digest(body: Any) -> str:
     """The body's digest (blake2b, 16 bytes, hex)."""
     h = hashlib.blake2b(digest_size=16)
@@ -337,7 +331,7 @@ def digest(body: Any) -> str:
         elif isinstance(part, (bytes, bytearray, memoryview)):
             h.update(part)
         elif is_tensor(part):
-            h.update(_tensor_bytes(part))
+            h.update(slotfiles.tensor_buffer(part))
         else:
             h.update(repr(part).encode())
     return h.hexdigest()
@@ -359,10 +353,9 @@ def message(dep: Deployment, seq: int, kind: str, tensor: Any = None) -> tuple:
 
 
 def _size(body: Any) -> int:
-    if is_tensor(body):
-        return body.numel() * body.element_size()
-    if isinstance(body, list) and any(is_tensor(x) for x in body):
-        return sum(_size(x) for x in body if is_tensor(x))
+    tensors = tensors_of(body)
+    if tensors:
+        return sum(t.numel() * t.element_size() for t in tensors)
     return len(body) if isinstance(body, (bytes, bytearray, OutOfBand)) else len(repr(body))
 
 
@@ -386,8 +379,6 @@ def queue_api(target: Any) -> Any:
     cached = getattr(target, "_deployed_api", None)
     if cached is not None:
         return cached
-    from ...targets import slotfiles
-
     if target.origin == "impl":
         from shmspec.impl import broadcast
 
@@ -670,7 +661,7 @@ def _reuse(body: Any) -> None:
     out-of-band array and tensor of the message is overwritten.  A store
     that still reads them afterwards (a zero-copy send in flight on a
     socket) delivers the new bytes; the readers' digests show it."""
-    for part in [body, *tensors_of(body)] if not isinstance(body, list) else tensors_of(body):
+    for part in tensors_of(body) or [body]:
         if isinstance(part, OutOfBand) and not part.mv.readonly:
             part.mv[:] = bytes(part.mv.nbytes)
         elif is_tensor(part) and hasattr(part, "fill_"):
