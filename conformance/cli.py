@@ -70,7 +70,7 @@ def build_parser() -> argparse.ArgumentParser:
                    help="the object store: impl (default), file:PATH, vllm==X.Y.Z; the slot stores: impl-queue, "
                         "queue:file:PATH, vllm-queue==X.Y.Z, sglang-queue==X.Y.Z, impl-arena, arena:file:PATH, "
                         "vllm-arena==X.Y.Z (docs/slots.md#targets)")
-    c.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    c.add_argument("--profile", default="ci", choices=("smoke", "ci", "dev", "deep"), help="gate profile (default ci)")
     c.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
                    help="after the lockstep campaigns, run writer and reader processes under a schedule Hypothesis "
                         "draws (controlled), freely under load with a linearizability check (free), or not at all "
@@ -139,7 +139,7 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
     mu.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
                     help="whose faults: the object store's (default), or the slot-flag arena's or queue's")
-    mu.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    mu.add_argument("--profile", default="ci", choices=("smoke", "ci", "dev", "deep"), help="gate profile (default ci)")
     mu.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
     mu.add_argument("--report-dir", type=Path, default=None,
                     help="directory for mutants.json and one gate report per fault (default <reports>/<time>-mutants)")
@@ -154,7 +154,7 @@ def build_parser() -> argparse.ArgumentParser:
     mx.add_argument("--since", default=None,
                     help="first release with --releases all/newest (default: the first shipping the protocol's "
                          "file: 0.11.0, arena 0.32.0, queue 0.5.0)")
-    mx.add_argument("--profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    mx.add_argument("--profile", default="ci", choices=("smoke", "ci", "dev", "deep"), help="gate profile (default ci)")
     mx.add_argument("--concurrency", default=None, choices=("controlled", "free", "off"),
                     help="each gate's concurrency mode (default: the profile's)")
     mx.add_argument("--seed", type=int, default=None, help="Hypothesis seed (default: the profile's)")
@@ -365,16 +365,16 @@ def _check(args: argparse.Namespace) -> int:
     except OSError as exc:
         err.print(f"shmspec: error: cannot write the report: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
-    block = judged.summary_json(outcomes, baseline) if baseline is not None else None
+    block = judged.summary_json(outcomes, baseline, result) if baseline is not None else None
     render_console(console, result, report_dir)
     if block is not None:
-        console.print(f"baseline {baseline.source}: new (failing the run) {', '.join(block['new']) or 'none'}; "
-                      f"known (still violated, reported, not failing) {', '.join(block['still']) or 'none'}; "
-                      f"fixed (known, now passing) {', '.join(block['fixed']) or 'none'}", markup=False,
-                      highlight=False)
-        if not block["new"] and block["still"]:
-            console.print("every violation above is a known finding: exit status 0 (the verdict stays FAIL in "
-                          "report.json)", markup=False, highlight=False)
+        for line in judged.baseline_lines(block, result):
+            console.print(line, markup=False, highlight=False, soft_wrap=True)
+    for o in outcomes:
+        for f in o.findings:
+            if f["status"] == "excused":
+                console.print(f"excused by the contract: {f['violation']} {f['fingerprint']} ({f['reason']})",
+                              markup=False, highlight=False, soft_wrap=True)
     for flag, path in (("junit", args.junit), ("baseline", args.write_baseline)):
         if path is not None:
             console.print(f"wrote {flag}: {path}", markup=False, highlight=False)

@@ -53,7 +53,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     g = parser.getgroup("shmspec", "shmspec conformance gate (docs/ci.md)")
     g.addoption("--shmspec-target", default=None, metavar="SPEC",
                 help="run the gate on this target as pytest items: impl, file:PATH, vllm==X.Y.Z")
-    g.addoption("--shmspec-profile", default="ci", choices=("ci", "dev", "deep"), help="gate profile (default ci)")
+    g.addoption("--shmspec-profile", default="ci", choices=("smoke", "ci", "dev", "deep"), help="gate profile (default ci)")
     g.addoption("--shmspec-concurrency", default=None, choices=("controlled", "free", "off"),
                 help="the concurrency campaigns (default: the profile's)")
     g.addoption("--shmspec-seed", type=int, default=None, help="Hypothesis seed (default: 0 for ci)")

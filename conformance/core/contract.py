@@ -12,11 +12,16 @@ Keys (all optional)::
     relies_on = ["a reference never read"]   # client rules (CLIENT_RULES); default: all
     [not_claimed]                  # property id -> why the store does not claim it
     LIVE = "our writer blocks by design until a reader frees a chunk"
+    [excused]                      # one finding's fingerprint -> why it does not fail the run
+    "RC:preemption:get:1a2b3c4d" = "tracked upstream; fixed by the lease rework"
 
 A property not claimed is run and reported but gets the verdict
 ``not-claimed`` and never fails the run.  A client rule left out of
 ``relies_on`` is one the store says it tolerates: a client breaking it is
-then the store's violation (PROG), not a client deviation.
+then the store's violation (PROG), not a client deviation.  An excused
+finding (by its fingerprint, report.json's ``fingerprint``; since
+2026-12-03) is reported as known and does not fail the run; another finding
+of the same property still does.
 
 Imports nothing of the harness above ``core``.
 """
@@ -42,7 +47,7 @@ CLIENT_RULES: dict[str, str] = {
 """The client rules SEMANTICS.md lets a store rely on (PROG), by the name a
 client deviation is reported under."""
 
-KEYS = ("profile", "clr", "sw", "relies_on", "not_claimed")
+KEYS = ("profile", "clr", "sw", "relies_on", "not_claimed", "excused")
 VARIANTS = {"clr": ("drain", "strict"), "sw": ("one-thread", "threads")}
 
 
@@ -58,6 +63,8 @@ class Contract:
     relies_on: tuple[str, ...] = tuple(CLIENT_RULES)
     not_claimed: dict[str, str] = field(default_factory=dict)
     source: str | None = None
+    excused: dict[str, str] = field(default_factory=dict)
+    """Fingerprint -> why that one finding does not fail the run."""
 
     @property
     def name(self) -> str:
@@ -67,6 +74,8 @@ class Contract:
         parts = [f"{k}={getattr(self, k)}" for k in ("clr", "sw") if getattr(self, k) != getattr(base, k)]
         if self.not_claimed:
             parts.append("not claimed: " + ", ".join(self.not_claimed))
+        if self.excused:
+            parts.append(f"{len(self.excused)} finding{'s' * (len(self.excused) != 1)} excused")
         if set(self.relies_on) != set(CLIENT_RULES):
             parts.append("relies on " + (", ".join(repr(r) for r in self.relies_on) or "no client rule"))
         return self.profile + (f" ({'; '.join(parts)})" if parts else "")
@@ -83,7 +92,7 @@ class Contract:
 
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "profile": self.profile, "clr": self.clr, "sw": self.sw,
-                "relies_on": list(self.relies_on), "not_claimed": dict(self.not_claimed)}
+                "relies_on": list(self.relies_on), "not_claimed": dict(self.not_claimed), "excused": dict(self.excused)}
 
 
 def of_profile(profile: Profile) -> Contract:
@@ -131,7 +140,17 @@ def parse(data: Any, profile: Profile, source: str, property_ids: tuple[str, ...
             raise UsageError(f"{source}: not_claimed names {pid!r}, not a property id ({', '.join(property_ids)})")
         if not isinstance(why, str) or not why.strip():
             raise UsageError(f"{source}: not_claimed {pid} needs a reason (a non-empty string)")
-    return Contract(name, values["clr"], values["sw"], tuple(relies), dict(not_claimed), source)
+    excused = data.get("excused", {})
+    if not isinstance(excused, dict):
+        raise UsageError(f"{source}: excused is a table of fingerprint = reason")
+    for fp, why in excused.items():
+        parts = str(fp).split(":")
+        if len(parts) != 4 or parts[0] not in property_ids or len(parts[3]) != 8:
+            raise UsageError(f"{source}: excused names {fp!r}, not a finding's fingerprint "
+                             f"(PROPERTY:campaign:cause:hash, report.json's violations[].fingerprint)")
+        if not isinstance(why, str) or not why.strip():
+            raise UsageError(f"{source}: excused {fp} needs a reason (a non-empty string)")
+    return Contract(name, values["clr"], values["sw"], tuple(relies), dict(not_claimed), source, dict(excused))
 
 
 def load_file(path: Path, profile: Profile = IMPL, property_ids: tuple[str, ...] = RING_PROPERTY_IDS) -> Contract:

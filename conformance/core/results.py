@@ -20,6 +20,23 @@ ALL_PROPERTIES: tuple[str, ...] = tuple(p.id for p in PROPERTIES)
 CONFORMANCE (the target's outcomes and state agree with the model's)."""
 
 
+def finding_fingerprint(protocol: str, prop: str, campaign: str, cause: str | None,
+                        construction: dict[str, Any]) -> str:
+    """A finding's stable name, for baselines and contracts: ``PROP:campaign:
+    cause:hash``, where ``cause`` is the kind of step that broke (``get/cleared``,
+    ``free_unused``; ``-`` where a campaign has none) and ``hash`` 8 hex digits
+    of the protocol and the construction (report.json's ``construction`` minus
+    its ``name``).  Neither the seed nor any step number is in it, so the same
+    bug found by another seed, or after an unrelated change moved its step,
+    keeps its fingerprint; another cause of a known property gets a new one."""
+    import hashlib
+    import json
+
+    shape = {k: v for k, v in sorted((construction or {}).items()) if k != "name"}
+    digest = hashlib.sha256(json.dumps([protocol, shape], sort_keys=True).encode()).hexdigest()[:8]
+    return f"{prop}:{campaign}:{cause or '-'}:{digest}"
+
+
 @dataclass
 class Violation:
     """One shrunk counterexample: the property, its message, and the steps."""
@@ -40,10 +57,14 @@ class Violation:
     """Steps to detection: steps the gate had run (all campaigns, in order)
     up to and including that first failing step."""
     shrink_complete: bool | None = None
-    """Lockstep and controlled: True when Hypothesis's shrinking ended before
-    the profile's ``shrink_seconds`` (then the same seed gives the same trace);
-    False when the time budget cut it (the trace may differ between runs; the
-    property and campaign do not).  None where nothing is shrunk."""
+    """Lockstep and controlled: True when Hypothesis's shrinking ended within
+    the profile's ``shrink_examples``; False when that budget cut it.  Either
+    way the budget counts examples, not seconds, so the same seed gives the
+    same trace on any machine (since 2026-12-03; before, a time budget cut
+    it).  None where nothing is shrunk."""
+    shrink_examples: int | None = None
+    """Examples run while shrinking (after the first failing one), or None
+    where nothing is shrunk."""
 
     occurrence: int = 1
     """1 for the first violation of its property in the gate; n > 1 for a
@@ -75,8 +96,10 @@ class Violation:
             "config": self.config,
             "steps": self.steps,
             "shrink_complete": self.shrink_complete,
+            "shrink_examples": self.shrink_examples,
             "occurrence": self.occurrence,
             "cause": getattr(self.exc, "cause", None),
+            "fingerprint": self.fingerprint,
             "construction": self.construction.to_json(),
             "protocol": self.protocol,
             "seed": self.seed,
@@ -86,6 +109,12 @@ class Violation:
     def construction(self) -> Construction:
         """The construction the finding was made in (from its config)."""
         return Construction.of(self.config)
+
+    @property
+    def fingerprint(self) -> str:
+        """:func:`finding_fingerprint` of this finding."""
+        return finding_fingerprint(self.protocol, self.property, self.campaign, getattr(self.exc, "cause", None),
+                                   self.construction.to_json())
 
 
 @dataclass
@@ -242,4 +271,4 @@ class GateResult:
         return out
 
 
-__all__ = ["ALL_PROPERTIES", "CampaignResult", "GateResult", "Violation"]
+__all__ = ["ALL_PROPERTIES", "CampaignResult", "GateResult", "Violation", "finding_fingerprint"]

@@ -26,6 +26,9 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.2em; margin-top: 2em; }
 table.props { border-collapse: collapse; } table.props td, table.props th { padding: 0.2em 0.8em; text-align: left; }
 table.props tr.fail td { color: #b00020; font-weight: bold; }
 section.violation { border-left: 4px solid #b00020; padding-left: 1em; margin-top: 1.5em; }
+.finding-new { background: #b00020; color: #fff; padding: 0 .4em; border-radius: 3px; font-weight: bold; }
+.finding-known { background: #777; color: #fff; padding: 0 .4em; border-radius: 3px; }
+p.notice { background: #fff4ce; padding: .3em .6em; }
 pre.rich { font-size: 0.85em; line-height: 1.25; overflow-x: auto; }
 code.replay { background: #f2f2f2; padding: 0.2em 0.4em; display: inline-block; }
 table.lanes { border-collapse: collapse; font-size: 0.85em; margin: 0.8em 0; }
@@ -60,10 +63,13 @@ def _replay_command(report_dir: Path | None, n: int, v: Violation) -> str:
 
 
 def page(result: GateResult, report_dir: Path | None, console_html: str,
-         panels: list[str], started: str | None = None) -> str:
+         panels: list[str], started: str | None = None, baseline: dict | None = None) -> str:
     """The page.  ``console_html``: rich's export of the whole console
     report (its ``<pre>`` is kept); ``panels``: one exported ``<pre>`` per
-    violation, in order."""
+    violation, in order; ``baseline``: report.json's ``baseline`` block of a
+    run judged against one (each violation is then marked new or known, and
+    a section lists the baseline's notices and the findings it had that this
+    run did not find)."""
     e = html.escape
     verdict = result.verdict
     title = f"shmspec check {result.target}: {verdict.upper()}"
@@ -79,12 +85,19 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
                                  + f", {result.seconds:.1f} s"
                                  + (f", started {started}" if started else "")) + "</p>"]
     vs = result.violations
+    standing = {f["violation"]: status for status in ("new", "known")
+                for f in ((baseline or {}).get("findings") or {}).get(status, ())}
+    if baseline is not None:
+        parts.append(_baseline_section(baseline, standing))
     parts.append(f"<section id='violations'><h2>Violations ({len(vs)})</h2>")
     if vs:
         parts.append("<ol class='violations'>")
         for i, v in enumerate(vs, 1):
-            parts.append(f"<li><a href='#V{i}'>V{i} {e(v.property)}</a>: {e(v.message)} "
-                         f"<small>(campaign {e(v.campaign)}, {e(v.concurrency)})</small></li>")
+            mark = (f"<span class='finding-{standing[f'V{i}']}'>{standing[f'V{i}']}</span> "
+                    if f"V{i}" in standing else "")
+            parts.append(f"<li>{mark}<a href='#V{i}'>V{i} {e(v.property)}</a>: {e(v.message)} "
+                         f"<small>(campaign {e(v.campaign)}, {e(v.concurrency)}; "
+                         f"<code>{e(v.fingerprint)}</code>)</small></li>")
         parts.append("</ol>")
     else:
         parts.append("<p>none</p>")
@@ -103,7 +116,9 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
         statement = result.descriptions.get(v.property, "")
         broken = [s for s in v.steps if s.get("violations")]
         step = broken[-1] if broken else None
-        parts.append(f"<section class='violation' id='V{i}'><h2>V{i} {e(v.property)}: {e(statement)}</h2>")
+        mark = (f" <span class='finding-{standing[f'V{i}']}'>{standing[f'V{i}']} finding</span>"
+                if f"V{i}" in standing else "")
+        parts.append(f"<section class='violation' id='V{i}'><h2>V{i} {e(v.property)}: {e(statement)}{mark}</h2>")
         parts.append(f"<p class='message'>{e(v.message)}</p>")
         where = (f"step {step['index']} ({step['process']} {step['action']})" if step else "the last step")
         parts.append(f"<p class='breaking'>Broken at <strong>{e(where)}</strong>, marked ✗ in the trace; "
@@ -125,6 +140,25 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
     parts.append("<section id='console'><h2>Console output</h2>" + (body.group(0) if body else "") + "</section>")
     parts.append("</body></html>")
     return "\n".join(parts) + "\n"
+
+
+def _baseline_section(block: dict, standing: dict[str, str]) -> str:
+    """The run against its baseline: notices, new / known / fixed counts, and
+    the baseline's findings this run did not find."""
+    e = html.escape
+    found = block.get("findings") or {}
+    out = [f"<section id='baseline'><h2>Baseline</h2><p>Judged against <code>{e(str(block.get('source')))}</code>"
+           + (f" (recorded on <code>{e(str(block['target']))}</code>)" if block.get("target") else "")
+           + f", matched by {e(str(block.get('matched_by', 'fingerprint')))}: "
+           f"<span class='finding-new'>{len(found.get('new', ()))} new</span> (failing the run), "
+           f"{len(found.get('known', ()))} known, {len(found.get('fixed', ()))} fixed.</p>"]
+    out += [f"<p class='notice'>{e(n)}</p>" for n in block.get("notices", ())]
+    if found.get("fixed"):
+        out.append("<p>Known findings not found by this run (fixed, or not reached):</p><ul>"
+                   + "".join(f"<li><code>{e(f['fingerprint'])}</code>: {e(str(f.get('message') or ''))}</li>"
+                             for f in found["fixed"]) + "</ul>")
+    out.append("</section>")
+    return "".join(out)
 
 
 def lanes_table(v: Violation, broken: dict | None, anchor: str = "V") -> str:

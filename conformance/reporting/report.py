@@ -80,10 +80,20 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
             for c in result.campaigns
         ],
         "errors": [f"{c.name}: {c.error}" for c in result.campaigns if c.error],
-        "violations": [{"id": f"V{i}", **v.to_json()} for i, v in enumerate(result.violations, 1)],
+        "violations": [{"id": f"V{i}", **v.to_json(), **_standing(baseline, f"V{i}")}
+                       for i, v in enumerate(result.violations, 1)],
         "repro": "repro_test.py" if result.violations else None,
         "baseline": baseline,
     }
+
+
+def _standing(baseline: dict[str, Any] | None, vid: str) -> dict[str, str]:
+    """``{"baseline": "new" | "known"}`` for violation ``vid`` of a run judged
+    against a baseline (its ``baseline`` block), else nothing."""
+    for status in ("new", "known"):
+        if baseline and any(f["violation"] == vid for f in baseline.get("findings", {}).get(status, ())):
+            return {"baseline": status}
+    return {}
 
 
 def summary_table(result: GateResult, statements: bool = True) -> Table:
@@ -236,7 +246,7 @@ def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = 
                             else f"{len(v.steps) - 1} spec steps (TLC's shortest counterexample)"
                             if v.concurrency == "spec"
                             else f"{len(v.steps)} steps after shrinking"
-                            + (" (cut by the shrink time budget: another run may show another trace)"
+                            + (" (shrinking cut by the profile's example budget: a shorter trace may exist)"
                                if v.shrink_complete is False else "")))
     table = {"controlled": lanes_table, "free": history_table, "spec": spec_table}.get(v.concurrency, steps_table)(v)
     parts = [head, table] + ([Text(LANES_LEGEND, style="dim")] if v.concurrency == "controlled" else [])
@@ -371,7 +381,7 @@ def write_report(result: GateResult, report_dir: Path, started: str | None = Non
     panels = [record_html(lambda rec, i=i, v=v: rec.print(violation_panel(i, v, result.descriptions)),
                           code_format="<pre class='rich'>{code}</pre>")
               for i, v in enumerate(result.violations, 1)]
-    (report_dir / "report.html").write_text(page(result, report_dir, console, panels, started))
+    (report_dir / "report.html").write_text(page(result, report_dir, console, panels, started, baseline))
     if result.violations:
         (report_dir / "repro_test.py").write_text(repro_source(result, target_source))
     return report_dir

@@ -3,9 +3,10 @@
 Gate profiles (``--profile``):
 
 * ``ci``: deterministic (fixed seed 0 unless ``--seed``), under 2 minutes on
-  a 2-core machine.  What it finds is fixed by the seed; shrinking each
-  counterexample stops after 10 s, so on a much slower machine a shrunk trace
-  can come out longer;
+  a 2-core machine.  What it finds is fixed by the seed, and so is each
+  shrunk counterexample: shrinking is budgeted in examples run
+  (``shrink_examples``), never in seconds, so a loaded or slow machine gives
+  the same trace, only later;
 * ``dev``: a few times more examples, random seed (printed and recorded);
 * ``deep``: nightly; many more examples and longer runs.
 
@@ -60,7 +61,13 @@ class GateProfile:
     deterministic: bool
     final_round: bool = True
     shrink_seconds: int = 300
-    """Per counterexample: Hypothesis stops shrinking after this long."""
+    """Kept for the Python API of before 2026-12-03 and unused: shrinking is
+    budgeted by ``shrink_examples`` (a wall-clock budget made the trace
+    depend on the machine's load)."""
+    shrink_examples: int = 2000
+    """Per counterexample: Hypothesis stops shrinking once a round has run this
+    many examples after its first failing one (work, not time: the same seed
+    gives the same shrunk trace on any machine, under any load)."""
     concurrency: str = "controlled"
     """Default ``--concurrency``: ``controlled``, ``free`` or ``off``."""
     scheduled_examples: int = 60
@@ -85,15 +92,20 @@ class GateProfile:
 
 
 GATE_PROFILES: dict[str, GateProfile] = {
-    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_seconds=10,
+    # a push's first look (docs/gate.md#profiles): the lockstep campaigns only,
+    # few short examples, one finding per campaign, a small shrink budget
+    "smoke": GateProfile("smoke", max_examples=25, step_count=20, rounds=1, deterministic=True, final_round=False,
+                         shrink_examples=40, concurrency="off", scheduled_examples=20, scheduled_steps=20,
+                         free_seconds=1.0, construction_seconds=0.5, distinct=0),
+    "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_examples=200,
                       scheduled_examples=150, scheduled_steps=40, free_seconds=5.0, distinct=1,
                       construction_seconds=2.0),
-    "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_seconds=60,
+    "dev": GateProfile("dev", max_examples=200, step_count=40, rounds=3, deterministic=False, shrink_examples=2000,
                        scheduled_examples=200, scheduled_steps=60, free_seconds=20.0, distinct=6,
                        construction_seconds=5.0, example_db=True),
     # 8 seed units of 250 examples: 2000 examples per campaign, as one seed of
     # 2000 was before 2026-12-02, but in units --workers and --shard spread
-    "deep": GateProfile("deep", max_examples=250, step_count=60, rounds=5, deterministic=False, shrink_seconds=60,
+    "deep": GateProfile("deep", max_examples=250, step_count=60, rounds=5, deterministic=False, shrink_examples=2000,
                         scheduled_examples=250, scheduled_steps=80, free_seconds=15.0, distinct=24,
                         construction_seconds=4.0, seeds=8, example_db=True),
 }
@@ -320,16 +332,9 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
     t0 = time.monotonic()
     results: list[CampaignResult] = []
     raced: set[str] = set()  # found by the preemption sweep: the drawn schedules need not hunt them again
-    saved_budget = getattr(_engine, "MAX_SHRINKING_SECONDS", None)
-    try:
-        if saved_budget is not None:  # Hypothesis's own shrink time limit (default 300 s)
-            _engine.MAX_SHRINKING_SECONDS = gp.shrink_seconds
-        with seed_only():
-            config = _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0,
-                                    on_progress, Findings(gp.distinct))
-    finally:
-        if saved_budget is not None:
-            _engine.MAX_SHRINKING_SECONDS = saved_budget
+    with seed_only(), shrink_clock(gp.shrink_examples):
+        config = _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0,
+                                on_progress, Findings(gp.distinct))
     if on_progress:
         on_progress("done", len(campaigns), len(campaigns))
     for r in results:
@@ -409,6 +414,7 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
         counters = {"examples": 0, "steps": 0}
         machine = make_machine(config)
         _count(machine, counters)
+        _SHRINK_CLOCK.counters = counters
         # the same seed every round: the same exploration, carried past the excused findings
         factory = hyp_seed(seed)(lambda: machine())
         hs = settings(
@@ -425,7 +431,7 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             run_state_machine_as_test(factory, settings=hs)
             res.completed = True
         except PropertyViolation as exc:
-            shrink_used = time.monotonic() - counters.get("failed_at", time.monotonic())
+            shrink_used = counters["examples"] - counters.get("failed_examples", counters["examples"])
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
                                             [s.to_json() for s in exc.steps],
                                             {**config_to_json(config), **({"promises": True} if campaign.mode ==
@@ -434,7 +440,8 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
                                             detected_seconds=counters.get("failed_at", time.monotonic()),
                                             detected_steps=res.steps + counters.get("failed_steps",
                                                                                     counters["steps"]),
-                                            shrink_complete=shrink_used < gp.shrink_seconds,
+                                            shrink_complete=shrink_used < gp.shrink_examples,
+                                            shrink_examples=shrink_used,
                                             occurrence=found.record(exc)))
             if res.violations[-1].occurrence > 1:
                 limit += 1
@@ -456,6 +463,41 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
     return res
 
 
+class _ShrinkClock:
+    """Stands in for the ``time`` module inside Hypothesis's engine while a
+    gate runs: its ``perf_counter`` (which the engine reads only to time its
+    shrink phase against ``MAX_SHRINKING_SECONDS``) returns the examples the
+    current round has run, so that limit counts examples, not seconds.
+    Everything else is the real ``time``."""
+
+    def __init__(self, real: Any) -> None:
+        self.real = real
+        self.counters: dict[str, Any] = {"examples": 0}
+
+    def perf_counter(self) -> float:
+        return float(self.counters["examples"])
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.real, name)
+
+
+_SHRINK_CLOCK = _ShrinkClock(time)
+
+
+@contextmanager
+def shrink_clock(examples: int):
+    """Within: Hypothesis's shrink limit is ``examples`` examples run after the
+    first failing one, counted per round by :func:`_count` (deterministic:
+    hypothesis 6.100-6.170 read the limit only through the engine module's
+    ``time.perf_counter``; tests/conformance/runner/test_shrink.py checks it)."""
+    saved = (getattr(_engine, "time", None), getattr(_engine, "MAX_SHRINKING_SECONDS", None))
+    _engine.time, _engine.MAX_SHRINKING_SECONDS = _SHRINK_CLOCK, examples
+    try:
+        yield _SHRINK_CLOCK
+    finally:
+        _engine.time, _engine.MAX_SHRINKING_SECONDS = saved
+
+
 def _count(machine: type, counters: dict[str, Any]) -> None:
     """Count examples (machine instances) and steps (calls run) of one round,
     and mark the first failing step (``failed_at``: ``time.monotonic()``;
@@ -466,6 +508,7 @@ def _count(machine: type, counters: dict[str, Any]) -> None:
         if "failed_at" not in counters:
             counters["failed_at"] = time.monotonic()
             counters["failed_steps"] = counters["steps"]
+            counters["failed_examples"] = counters["examples"]
 
     def counting_init(self):
         counters["examples"] += 1

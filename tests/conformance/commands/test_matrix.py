@@ -363,7 +363,7 @@ TINY_GATE = textwrap.dedent('''
     from shmspec.conformance.lockstep.machine import CAMPAIGNS
 
     gate.GATE_PROFILES["ci"] = replace(gate.GATE_PROFILES["ci"], max_examples=30, step_count=20, rounds=1,
-                                       shrink_seconds=5)
+                                       shrink_examples=40)
     full = gate.run_gate
     core = tuple(c for c in CAMPAIGNS if c.name == "core")
     gate.run_gate = lambda target, profile, seed, on_progress=None, concurrency=None, **kw: full(

@@ -32,7 +32,7 @@ def tiny(monkeypatch):
     """The reduced gate profile ``tiny`` (ci with 30 examples of 20 steps,
     one excusal round, 5 s of shrinking per counterexample)."""
     monkeypatch.setitem(GATE_PROFILES, "tiny", replace(GATE_PROFILES["ci"], name="tiny", max_examples=30,
-                                                        step_count=20, rounds=1, shrink_seconds=5))
+                                                        step_count=20, rounds=1, shrink_examples=40))
 
 
 def _narrow(monkeypatch):

@@ -58,7 +58,7 @@ def test_vllm_evicts_a_promised_reference_after_another_readers_second_read(monk
     other reader's promised read fails (the over-read eviction, PROM).
     Shrinking is cut at 2 s (the ci profile: 10 s): the finding and its
     replay do not depend on how short its schedule got."""
-    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_seconds=2))
+    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_examples=20))
     result = _controlled("vllm==0.33.0")
     (v,) = [v for v in result.violations if v.property == "PROM"]
     assert "failed with StaleHandle: its chunk was evicted before" in v.message

@@ -29,6 +29,10 @@ IDS = ("NRR", "CLR", "LIVE", "PROG")
     ({"not_claimed": {"FAST": "x"}}, "not_claimed names 'FAST'"),
     ({"not_claimed": {"LIVE": ""}}, "not_claimed LIVE needs a reason"),
     ([1, 2], "a contract is a table"),
+    ({"excused": {"NRR:core:get": "x"}}, "excused names 'NRR:core:get', not a finding's fingerprint"),
+    ({"excused": {"FAST:core:get:0123abcd": "x"}}, "not a finding's fingerprint"),
+    ({"excused": {"NRR:core:get:0123abcd": " "}}, "excused NRR:core:get:0123abcd needs a reason"),
+    ({"excused": ["NRR"]}, "excused is a table of fingerprint = reason"),
 ])
 def test_a_bad_declaration_is_refused_in_one_line(data, message):
     with pytest.raises(shmspec.UsageError, match=message) as info:
@@ -43,6 +47,12 @@ def test_a_contract_names_what_it_changes():
     assert c.apply(VLLM_0_32).clr == "strict" and c.apply(VLLM_0_32).signed == VLLM_0_32.signed
     strict = contracts.parse({"clr": "strict"}, IMPL, "s", IDS).apply(IMPL)
     assert strict == replace(IMPL_STRICT, name="impl")  # the strict model, as impl-strict's
+
+
+def test_a_contract_excuses_one_finding_by_fingerprint():
+    c = contracts.parse({"excused": {"NRR:core:get/live:0123abcd": "tracked upstream"}}, IMPL, "s", IDS)
+    assert c.excused == {"NRR:core:get/live:0123abcd": "tracked upstream"}
+    assert c.name == "impl (1 finding excused)" and c.to_json()["excused"] == c.excused
 
 
 def test_a_module_declares_its_contract(tmp_path):

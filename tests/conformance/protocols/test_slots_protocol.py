@@ -55,7 +55,7 @@ def test_every_seeded_fault_is_caught_by_its_property(fault, monkeypatch):
     # (`shmspec mutants --protocol arena|queue` runs the full ci gate; docs/slots.md has its figures)
     # a fault of the queue's deployed paths runs with the deployed construction (the queue's default), the
     # others in one process (--concurrency off), where the lockstep campaigns catch them
-    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_seconds=1))
+    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_examples=10))
     deployed = deployed_campaigns(fault.kind) if fault.construction == "deployed" else None
     out = run_fault(fault, campaigns=deployed, concurrency="off")
     assert out.error is None and out.result is not None

@@ -63,8 +63,76 @@ def test_a_baseline_file_round_trips(runs, tmp_path):
     path = tmp_path / "baseline.json"
     path.write_text(json.dumps(baseline_json(runs["stale"][0])))
     data = json.loads(path.read_text())
-    assert data["schema"] == "shmspec.baseline/1" and data["known"] == ["READ"] and data["protocol"] == "toy"
-    assert Baseline.load(path).known == {"READ"}
+    assert data["schema"] == "shmspec.baseline/2" and data["known"] == ["READ"] and data["protocol"] == "toy"
+    assert [f["fingerprint"] for f in data["findings"]] == [runs["stale"][0].violations[0].fingerprint]
+    loaded = Baseline.load(path)
+    assert loaded.known == {"READ"} and set(loaded.findings) == {runs["stale"][0].violations[0].fingerprint}
+    assert loaded.notices(runs["stale"][0]) == []
+
+
+def test_a_new_finding_of_a_known_property_fails_the_run(runs):
+    """The regression a property-level baseline hid (issue 27): the baseline
+    knows READ by another finding; this run's READ finding is new."""
+    stale, _ = runs["stale"]
+    v = stale.violations[0]
+    other = v.fingerprint.replace(f":{v.exc.cause}:", ":get/elsewhere:")
+    assert other != v.fingerprint
+    base = Baseline("b.json", "toy", frozenset({"READ"}), "toy:stale", {other: {"property": "READ"}})
+    outcomes = judge(stale, base)
+    assert _status(outcomes) == {"READ": "failed", "ONCE": "passed"}
+    assert outcomes[0].findings == [{"violation": "V1", "fingerprint": v.fingerprint, "status": "new"}]
+    assert outcomes[0].text.startswith("[new finding] ")
+    from shmspec.conformance.reporting.outcomes import summary_json
+
+    block = summary_json(outcomes, base, stale)
+    assert [f["fingerprint"] for f in block["findings"]["new"]] == [v.fingerprint]
+    assert [f["fingerprint"] for f in block["findings"]["fixed"]] == [other]
+    # the same baseline matched by property id (a shmspec.baseline/1 file) hides it, and says so
+    old = Baseline("b.json", "toy", frozenset({"READ"}), "toy:stale", None, "a shmspec.baseline/1 file")
+    assert _status(judge(stale, old))["READ"] == "known"
+    assert "matched by property id" in old.notices(stale)[0]
+
+
+def test_a_contract_excuses_one_finding_not_its_property(runs):
+    from dataclasses import replace
+
+    from shmspec.conformance.core.contract import Contract
+
+    stale, _ = runs["stale"]
+    v = stale.violations[0]
+    excused = replace(stale, contract=Contract("impl", "drain", "threads", excused={v.fingerprint: "tracked"}))
+    read = judge(excused)[0]
+    assert read.status == "known" and read.findings[0]["status"] == "excused" and not read.failing
+    assert read.text.startswith("[excused by the contract: tracked] ")
+    junit = ET.fromstring(junit_xml(excused, judge(excused))).find("testsuite")
+    assert junit.get("failures") == "0" and "excused by the contract" in next(junit.iter("skipped")).get("message")
+    other = replace(stale, contract=Contract("impl", "drain", "threads",
+                                             excused={v.fingerprint[:-8] + "00000000": "another finding"}))
+    assert judge(other)[0].status == "failed"  # excusing another finding of READ does not excuse this one
+
+
+def test_a_fingerprint_names_no_seed_and_no_step(runs):
+    v = runs["stale"][0].violations[0]
+    prop, campaign, cause, digest = v.fingerprint.split(":")
+    assert (prop, campaign, cause) == ("READ", v.campaign, v.exc.cause or "-") and len(digest) == 8
+    from shmspec.conformance.core.results import finding_fingerprint
+
+    construction = v.construction.to_json()
+    assert finding_fingerprint("toy", "READ", v.campaign, v.exc.cause, construction) == v.fingerprint
+    assert finding_fingerprint("toy", "READ", v.campaign, v.exc.cause, {**construction, "n_readers": 3}) \
+        != v.fingerprint  # another construction: another finding
+
+
+def test_an_old_baseline_file_loads_by_property_with_a_notice(runs, tmp_path):
+    path = tmp_path / "old.json"
+    path.write_text(json.dumps({"schema": "shmspec.baseline/1", "protocol": "toy", "target": "toy:other",
+                                "known": ["READ"]}))
+    base = Baseline.load(path)
+    assert base.findings is None and base.known == {"READ"}
+    assert _status(judge(runs["stale"][0], base))["READ"] == "known"
+    notices = base.notices(runs["stale"][0])
+    assert len(notices) == 2 and all("\n" not in n for n in notices)
+    assert "shmspec.baseline/1" in notices[0] and "recorded on toy:other, not on toy:stale" in notices[1]
 
 
 @pytest.mark.parametrize("content, message", [
@@ -112,7 +180,7 @@ def test_step_summary_is_a_markdown_table_with_the_new_findings(runs):
     md = step_summary(stale, judge(stale), d)
     assert md.startswith("### shmspec check `toy:stale`: FAIL")
     assert "| READ | **FAIL (new)** | V1 |" in md and "| ONCE | pass |  |" in md
-    assert "- **READ** (registers): " in md and "repro_test.py" in md and str(d) in md
+    assert f"- **READ** (registers, `{stale.violations[0].fingerprint}`): " in md and "repro_test.py" in md and str(d) in md
     assert "PASS" in step_summary(runs["good"][0], judge(runs["good"][0]), None).splitlines()[0]
 
 
@@ -129,13 +197,22 @@ def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monk
     assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r2"), "--baseline", str(base)]) == 0
     block = json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"]
     assert block["still"] == ["READ"] and block["new"] == [] and block["source"] == str(base)
+    assert block["matched_by"] == "fingerprint" and [f["violation"] for f in block["findings"]["known"]] == ["V1"]
+    r2 = json.loads((tmp_path / "r2" / "report.json").read_text())
+    assert r2["violations"][0]["baseline"] == "known" and r2["violations"][0]["fingerprint"]
+    page = (tmp_path / "r2" / "report.html").read_text()
+    assert "id='baseline'" in page and "<span class='finding-known'>known</span>" in page
     assert json.loads((tmp_path / "r2" / "report.json").read_text())["verdict"] == "fail"  # the truth is kept
     # a new finding on top of the baseline fails again; a fixed one is told
     assert main(["check", "--target", "toy:dup", "--report-dir", str(tmp_path / "r3"), "--baseline", str(base)]) == 1
-    assert json.loads((tmp_path / "r3" / "report.json").read_text())["baseline"]["new"] == ["ONCE"]
+    r3 = json.loads((tmp_path / "r3" / "report.json").read_text())
+    assert r3["baseline"]["new"] == ["ONCE"] and r3["violations"][0]["baseline"] == "new"
+    assert "<span class='finding-new'>new</span>" in (tmp_path / "r3" / "report.html").read_text()
+    assert "recorded on toy:stale, not on toy:dup" in r3["baseline"]["notices"][0]
     assert main(["check", "--target", "toy:good", "--report-dir", str(tmp_path / "r4"), "--baseline", str(base)]) == 0
     assert json.loads((tmp_path / "r4" / "report.json").read_text())["baseline"]["fixed"] == ["READ"]
     assert summary.read_text().count("### shmspec check") == 4  # appended, one section per run
+    assert "| V1 READ | `" in summary.read_text() and "| known |" in summary.read_text()
     # without a baseline the block is null
     assert json.loads((tmp_path / "r1" / "report.json").read_text())["baseline"] is None
 

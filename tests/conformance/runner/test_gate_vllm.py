@@ -36,7 +36,7 @@ def _gate(spec, tmp_path, monkeypatch):
     # (the verdicts, each violation's last step naming its property, the
     # race's yield points) is decided before shrinking; the full ci gate on
     # these releases runs in `shmspec matrix` and in the determinism test.
-    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_seconds=2))
+    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_examples=20))
     code = main(["check", "--target", spec, "--profile", "ci", "--report-dir", str(rep)])
     return code, json.loads((rep / "report.json").read_text()), rep
 
