@@ -34,6 +34,7 @@ Imports no Hypothesis, no multiprocess.
 from __future__ import annotations
 
 import json
+import re
 import xml.etree.ElementTree as ET
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -303,10 +304,20 @@ def judge_and_report(result: GateResult, report_dir: Path, started: str | None, 
     return outcomes
 
 
+def junit_classname(target: str) -> str:
+    """The JUnit ``classname`` of a target's property cases: what pytest's
+    ``--junitxml`` makes of the plugin's items (``shmspec/<target>``: each
+    ``/`` a ``.``, a final ``.py`` dropped), so that ``shmspec check --junit``
+    and the plugin name them alike (``shmspec.impl``,
+    ``shmspec.file:src.store`` for ``file:src/store.py``; until 2026-12-03
+    ``check`` kept the slashes and the suffix)."""
+    return re.sub(r"\.py$", "", f"shmspec/{target}".replace("/", "."))
+
+
 def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: Path | None = None,
               baseline_source: str | None = None) -> str:
     """JUnit XML: one ``testsuite`` per run, one ``testcase`` per property
-    (``classname`` ``shmspec.<target>``, as the pytest plugin's items,
+    (``classname`` :func:`junit_classname`, as the pytest plugin's items,
     ``name`` the property id).
     ``failed``: a ``failure`` with the drawn violations; ``unknown``: an
     ``error``; ``known`` and ``skipped``: ``skipped`` with the reason."""
@@ -323,7 +334,7 @@ def junit_xml(result: GateResult, outcomes: list[PropertyOutcome], report_dir: P
                         ("report_dir", str(report_dir) if report_dir else "")):
         ET.SubElement(props, "property", name=name, value=value)
     for o in outcomes:
-        case = ET.SubElement(suite, "testcase", classname=f"shmspec.{result.target}", name=o.id,
+        case = ET.SubElement(suite, "testcase", classname=junit_classname(result.target), name=o.id,
                              time=f"{o.seconds:.3f}")
         if o.status == "failed":
             new = {f["violation"] for f in o.new}

@@ -175,6 +175,15 @@ def test_junit_has_one_testcase_per_property_and_tells_failed_from_known(runs):
     assert skipped.get("type") == "known" and skipped.get("message") == f"known finding (baseline {base.source}): V1"
 
 
+def test_junit_classnames_are_what_pytest_makes_of_the_plugins_items():
+    from _pytest.junitxml import mangle_test_address
+
+    from shmspec.conformance.reporting.outcomes import junit_classname
+
+    for target in ("impl", "toy:stale", "file:src/my_store.py", "vllm==0.33.0", "arena:file:/abs/store.py"):
+        assert junit_classname(target) == ".".join(mangle_test_address(f"shmspec/{target}::NRR")[:-1]), target
+
+
 def test_step_summary_is_a_markdown_table_with_the_new_findings(runs):
     stale, d = runs["stale"]
     md = step_summary(stale, judge(stale), d)
