@@ -781,6 +781,10 @@ class Session:
                 os.unlink(os.path.join("/dev/shm", self.adapter.segment.lstrip("/")))
             except OSError:
                 pass
+            else:  # the writer created it here, so this process's resource_tracker holds it: let go
+                from multiprocessing import resource_tracker
+
+                resource_tracker.unregister("/" + self.adapter.segment.lstrip("/"), "shared_memory")
         self._raise_first(step)
 
 
