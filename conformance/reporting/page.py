@@ -85,10 +85,11 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
                                  + f", {result.seconds:.1f} s"
                                  + (f", started {started}" if started else "")) + "</p>"]
     vs = result.violations
-    standing = {f["violation"]: status for status in ("new", "known")
-                for f in ((baseline or {}).get("findings") or {}).get(status, ())}
+    from .report import standings  # noqa: PLC0415 - report imports this module when it writes a page
+
+    standing = standings(baseline)
     if baseline is not None:
-        parts.append(_baseline_section(baseline, standing))
+        parts.append(_baseline_section(baseline))
     parts.append(f"<section id='violations'><h2>Violations ({len(vs)})</h2>")
     if vs:
         parts.append("<ol class='violations'>")
@@ -142,7 +143,7 @@ def page(result: GateResult, report_dir: Path | None, console_html: str,
     return "\n".join(parts) + "\n"
 
 
-def _baseline_section(block: dict, standing: dict[str, str]) -> str:
+def _baseline_section(block: dict) -> str:
     """The run against its baseline: notices, new / known / fixed counts, and
     the baseline's findings this run did not find."""
     e = html.escape

@@ -37,6 +37,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
     ``baseline``: the ``baseline`` block (:func:`.outcomes.summary_json`),
     None when the run was judged without one."""
     stats = result.property_counts()
+    standing = standings(baseline)
     return {
         **header(SCHEMA, "check"),
         "target": result.target,
@@ -80,20 +81,20 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
             for c in result.campaigns
         ],
         "errors": [f"{c.name}: {c.error}" for c in result.campaigns if c.error],
-        "violations": [{"id": f"V{i}", **v.to_json(), **_standing(baseline, f"V{i}")}
+        "violations": [{"id": f"V{i}", **v.to_json(),
+                        **({"baseline": standing[f"V{i}"]} if f"V{i}" in standing else {})}
                        for i, v in enumerate(result.violations, 1)],
         "repro": "repro_test.py" if result.violations else None,
         "baseline": baseline,
     }
 
 
-def _standing(baseline: dict[str, Any] | None, vid: str) -> dict[str, str]:
-    """``{"baseline": "new" | "known"}`` for violation ``vid`` of a run judged
-    against a baseline (its ``baseline`` block), else nothing."""
-    for status in ("new", "known"):
-        if baseline and any(f["violation"] == vid for f in baseline.get("findings", {}).get(status, ())):
-            return {"baseline": status}
-    return {}
+def standings(baseline: dict[str, Any] | None) -> dict[str, str]:
+    """Violation id (``V1``) -> ``new`` or ``known``, from a run's
+    ``baseline`` block (:func:`.outcomes.summary_json`); empty without one.
+    report.json's ``violations[].baseline`` and report.html's marks."""
+    found = (baseline or {}).get("findings") or {}
+    return {f["violation"]: status for status in ("new", "known") for f in found.get(status, ())}
 
 
 def summary_table(result: GateResult, statements: bool = True) -> Table:
