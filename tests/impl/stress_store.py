@@ -48,7 +48,8 @@ The returned dict (all sizes in bytes, times in seconds)::
     gets, ok, wrong, stale, other_errors, rereads   -- summed over readers
     wrong_objects: distinct objects (keys) some reader got wrong (one
               damaged object is usually got wrong by several readers)
-    puts, put_retries (MemoryError retries), clears, pinned_clears
+    puts, put_retries (MemoryError retries), clears, pinned_clears,
+    forced_fills (the ring filled on purpose, :func:`run_stress`)
     window_wait_seconds (writer waiting for the slowest reader),
     ring_full_seconds (writer retrying puts on a full ring)
     seconds (load phase), total_seconds (including setup and teardown)
@@ -361,8 +362,24 @@ def run_stress(
     examples: int = 5,
     serde_class: type | None = None,
     start_method: str = "fork",
+    puts: int | None = None,
+    fill_every: int = 1000,
 ) -> dict[str, Any]:
-    """Run the stress load for ``seconds`` and return the counts (module docstring).
+    """Run the stress load and return the counts (module docstring).
+
+    The load ends after ``puts`` puts when that is given (a budget of work:
+    the counts that show the load ran do not depend on the machine's load),
+    with ``seconds`` as a cap whose expiry is a harness problem; without
+    ``puts`` it ends after ``seconds``.
+
+    Forced fills (every ``fill_every`` puts from the first, 0: none): the
+    writer puts without sending the handles until the ring is full (a
+    ``MemoryError``, counted in ``put_retries`` and ``forced_fills``), then
+    sends them.  Odd-numbered fills (the first, third, ...) first
+    ``clear()`` the ring, so every reader gets every handle of the fill
+    stale; even-numbered ones let the readers read a full ring while the
+    writer retries.  So a run of any length exercises the full ring, a
+    clear and stale handles however fast the readers are.
 
     Object sizes (the whole value, bytes) are drawn uniformly from
     ``[min_size, max_size]`` (default ``max_object_size - 64``, leaving room
@@ -385,7 +402,7 @@ def run_stress(
         "readers": readers, "seconds": seconds, "ring_bytes": ring_bytes, "max_object_size": max_object_size,
         "min_size": min_size, "max_size": max_size, "rereads": rereads, "reread_p": reread_p,
         "back_reread_p": back_reread_p, "clears": clears, "clear_every": clear_every, "mimic": mimic,
-        "writer_lock": writer_lock, "window": window, "seed": seed,
+        "writer_lock": writer_lock, "window": window, "seed": seed, "puts": puts, "fill_every": fill_every,
     }
     t_begin = time.monotonic()
     rng = random.Random(seed)
@@ -403,7 +420,7 @@ def run_stress(
     other_examples: list[str] = []
     wrong_objects: set[int] = set()
     damage: dict[str, int] = {}
-    counts = {"puts": 0, "put_retries": 0, "clears": 0, "pinned_clears": 0}
+    counts = {"puts": 0, "put_retries": 0, "clears": 0, "pinned_clears": 0, "forced_fills": 0}
     waits = {"window_wait_seconds": 0.0, "ring_full_seconds": 0.0}
     load_seconds = 0.0
     writer = None
@@ -457,14 +474,32 @@ def run_stress(
         next_alive_check = t_load + 0.5
         serial = 0
         size = rng.randint(min_size, max_size)
+        filling = False  # a forced fill: puts whose handles wait in ``pending``
+        pending: list[bytes] = []
+        next_fill = 0 if fill_every > 0 else None
+
+        def flush() -> None:
+            for m in pending:
+                for c in conns:
+                    c.send_bytes(m)
+            pending.clear()
+
         while True:
             now = time.monotonic()
+            if puts is not None and counts["puts"] >= puts:
+                break
             if now >= deadline:
+                if puts is not None:
+                    problems.append(f"the load made {counts['puts']} of its {puts} puts within its "
+                                    f"{seconds:g} s cap")
                 break
             if now >= next_alive_check:
                 check_alive()
                 next_alive_check = now + 0.5
-            if serial - min_progress() >= window:
+            if not filling and next_fill is not None and counts["puts"] >= next_fill:
+                filling = True
+                next_fill += fill_every
+            if not filling and serial - min_progress() >= window:
                 wait_until = now + READER_STALL_TIMEOUT
                 while serial - min_progress() >= window:
                     if time.monotonic() > wait_until:
@@ -486,6 +521,13 @@ def run_stress(
                     break
                 except MemoryError:
                     counts["put_retries"] += 1
+                    if filling:  # the ring is full: end the forced fill
+                        filling = False
+                        counts["forced_fills"] += 1
+                        if counts["forced_fills"] % 2 == 1:
+                            writer.clear()
+                            counts["clears"] += 1
+                        flush()
                     t = time.monotonic()
                     if t_put is None:
                         t_put = t
@@ -508,14 +550,19 @@ def run_stress(
                 break
             sig = writer.get_signature(key) if signed else None
             msg = _dumps(("h", (serial, size, address, mid, sig, key)))
-            for c in conns:
-                c.send_bytes(msg)
+            if filling:
+                pending.append(msg)
+            else:
+                for c in conns:
+                    c.send_bytes(msg)
             counts["puts"] += 1
             serial += 1
             size = rng.randint(min_size, max_size)
-            if clears and rng.random() * clear_every < 1.0:
+            draw = rng.random()  # drawn on every put: the writer's choices do not depend on the fills
+            if clears and not filling and draw * clear_every < 1.0:
                 writer.clear()
                 counts["clears"] += 1
+        flush()
         load_seconds = time.monotonic() - t_load
     except Exception as exc:  # noqa: BLE001 - reported, teardown below
         problems.append(f"{type(exc).__name__}: {exc}")
