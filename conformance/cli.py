@@ -299,7 +299,7 @@ def _check(args: argparse.Namespace) -> int:
     from . import protocols
     from .core.errors import TargetError, UsageError
     from .reporting import outcomes as judged
-    from .reporting.report import default_report_dir, render_console
+    from .reporting.report import default_report_dir, render_console, verdict_line
 
     console = _stdout_console()
     err = Console(stderr=True)
@@ -366,7 +366,7 @@ def _check(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: cannot write the report: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     block = judged.summary_json(outcomes, baseline, result) if baseline is not None else None
-    render_console(console, result, report_dir)
+    render_console(console, result, report_dir, verdict=False)
     if block is not None:
         for line in judged.baseline_lines(block, result):
             console.print(line, markup=False, highlight=False, soft_wrap=True)
@@ -378,8 +378,24 @@ def _check(args: argparse.Namespace) -> int:
     for flag, path in (("junit", args.junit), ("baseline", args.write_baseline)):
         if path is not None:
             console.print(f"wrote {flag}: {path}", markup=False, highlight=False)
-    # as the verdict (GateResult.verdict), known findings aside: a new one,
-    # then a crashed campaign, then a budget that ran out
+    status = _check_status(result, outcomes)
+    verdict = result.verdict if status == EXIT_PASS and result.verdict != "fail" else _STATUS_VERDICT[status]
+    detail = f"{len(result.violations)} violation(s)"
+    if block is not None and result.violations:
+        n_new = len(block["findings"]["new"])
+        detail += f", {n_new} new to the baseline" if n_new else ", none new to the baseline"
+    elif any(f["status"] == "excused" for o in outcomes for f in o.findings) and status != EXIT_FAIL:
+        detail += ", excused by the contract"
+    console.print(verdict_line(verdict, f"{detail}, {result.seconds:.1f}s", report_dir), soft_wrap=True)
+    return status
+
+
+_STATUS_VERDICT = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error", EXIT_UNKNOWN: "unknown"}
+
+
+def _check_status(result: Any, outcomes: list) -> int:
+    """The exit status, as the verdict (GateResult.verdict), known findings
+    aside: a new one, then a crashed campaign, then a budget that ran out."""
     if any(o.status == "failed" for o in outcomes):
         return EXIT_FAIL
     if any(c.error for c in result.campaigns):
@@ -488,10 +504,14 @@ def _model_slots(args, console, err, report_dir, workers: int) -> int:
     except (TlcError, ValueError, KeyError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
+    from .reporting.report import verdict_line
+
     path = modelcheck.write_slots(outcomes, report_dir)
     console.print(modelcheck.slots_table(outcomes))
-    console.print(f"report: {path}", markup=False, highlight=False)
-    return EXIT_PASS if all(o.ok for o in outcomes) else EXIT_FAIL
+    n_ok = sum(o.ok for o in outcomes)
+    console.print(verdict_line(modelcheck.model_verdict(n_ok == len(outcomes)),
+                               f"{n_ok}/{len(outcomes)} configs as their Expected: line states", path), soft_wrap=True)
+    return EXIT_PASS if n_ok == len(outcomes) else EXIT_FAIL
 
 
 if __name__ == "__main__":  # pragma: no cover

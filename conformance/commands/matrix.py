@@ -402,6 +402,10 @@ class MatrixResult:
         }
 
 
+MATRIX_VERDICT = {ExitCode.PASS: "pass", ExitCode.FAIL: "fail", ExitCode.ERROR: "error", ExitCode.UNKNOWN: "unknown"}
+"""The matrix's verdict line per :func:`exit_status`."""
+
+
 def exit_status(rows: list[dict[str, Any]], errors: list[str]) -> int:
     """1 when an impl row fails (either construction); else 2 when the matrix
     is incomplete (a release not fetched, a cell whose verdict is ``error``);
@@ -642,10 +646,13 @@ def main(args, console, err) -> int:
     write_html(out, report_dir)
     console.print(matrix_table(out, report_dir.resolve().as_uri() + "/"))
     console.print(LEGEND, markup=False, highlight=False)
+    from ..reporting.report import verdict_line
+
     for line in summary_lines(out):
         console.print(line, markup=False, highlight=False)
-    console.print(f"report: {path}", markup=False, highlight=False)
-    return exit_status(out.rows, res.errors)
+    status = exit_status(out.rows, res.errors)
+    console.print(verdict_line(MATRIX_VERDICT[status], "of the impl rows; vLLM rows failing do not count", path), soft_wrap=True)
+    return status
 
 
 __all__ = ["COLUMNS", "GATE_COMMAND", "clear_previous", "Group", "MatrixResult", "Resolution", "SCHEMA", "exit_status", "label_runs",

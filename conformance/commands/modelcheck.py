@@ -31,7 +31,7 @@ from rich.table import Table
 
 from ..core.documents import header
 from ..core.results import Violation
-from ..reporting.report import record_html, violation_panel
+from ..reporting.report import record_html, verdict_line, violation_panel
 from ..spec.agreement import Agreement, TraceReplay, compare, counterexample, departs_first, model_config, replay_trace
 from ..spec.tlc import ConfigFile, ModelCheck, check_config, config_files, find_jar
 
@@ -131,15 +131,21 @@ def summary_table(outcomes: list[ConfigOutcome]) -> Table:
                      overflow="fold")
     for o in outcomes:
         c = o.check
-        found = [inv for inv, r in c.found.items() if r.status == "violation" and r.invariant == inv]
+        found = [inv for inv, r in c.found.items()  # an invariant's violation, or a liveness property's
+                 if (r.status == "violation" and r.invariant == inv) or (r.status == "liveness" and r.trace)]
         extra = "" if c.holds.status == "ok" else f" {c.holds.invariant or c.holds.status}!"
         a = o.agreement
         model = "-" if a is None else f"{a.model_distinct:,}" + ("" if a.ok else " ≠")
         depth = str(c.holds.depth) + ("" if a is None or a.model_depth == c.holds.depth else f"/{a.model_depth}")
         t.add_row(c.config.removesuffix(".cfg").replace("MC_", ""), " ".join(c.expected) or "none",
                   (" ".join(found) or "none") + extra, f"{c.holds.distinct:,}", model, depth, f"{c.seconds:.1f}s",
-                  "[green]ok[/]" if o.ok else "[red]UNEXPECTED[/]")
+                  "[green]pass[/]" if o.ok else "[bold red]FAIL[/]")
     return t
+
+
+def model_verdict(ok: bool) -> str:
+    """``pass`` when every config did what its ``Expected:`` line states, else ``fail``."""
+    return "pass" if ok else "fail"
 
 
 def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | None, panels: bool = True) -> None:
@@ -172,12 +178,12 @@ def render(console: Console, outcomes: list[ConfigOutcome], report_dir: Path | N
                 first = departs_first(replay.model_departs, tr.departs)
                 console.print(f"  target {tr.summary()}; first to depart: {first or 'none'}", markup=False,
                               soft_wrap=True)
-    ok = all(o.ok for o in outcomes)
-    line = f"[bold]verdict:[/] {'[green]OK' if ok else '[red]UNEXPECTED'}[/]"
-    if report_dir is not None:
-        lanes = not panels and any(o.counterexamples for o in outcomes)
-        line += f"  report: {report_dir}" + (" (model.html draws each counterexample in lanes)" if lanes else "")
-    console.print(line)
+    n_ok = sum(o.ok for o in outcomes)
+    detail = f"{n_ok}/{len(outcomes)} configs as their Expected: line states"
+    line = verdict_line(model_verdict(n_ok == len(outcomes)), detail, report_dir)
+    if report_dir is not None and not panels and any(o.counterexamples for o in outcomes):
+        line.append(" (model.html draws each counterexample in lanes)")
+    console.print(line, soft_wrap=True)
 
 
 def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
@@ -187,7 +193,7 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
     for o in outcomes:
         c = o.check
         configs.append({
-            "config": c.config, "expected": c.expected, "ok": o.ok, "tlc_ok": c.ok,
+            "config": c.config, "expected": c.expected, "ok": o.ok, "verdict": model_verdict(o.ok), "tlc_ok": c.ok,
             "status": c.holds.status, "exit_code": c.holds.exit_code,
             "generated": c.holds.generated, "distinct": c.holds.distinct, "depth": c.holds.depth,
             "seconds": round(c.seconds, 3),
@@ -199,7 +205,8 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
                                 for j, (v, r) in enumerate(o.counterexamples)],
         })
         n += len(o.counterexamples)
-    return {**header(SCHEMA, "model"), "ok": all(o.ok for o in outcomes), "configs": configs}
+    ok = all(o.ok for o in outcomes)
+    return {**header(SCHEMA, "model"), "ok": ok, "verdict": model_verdict(ok), "configs": configs}
 
 
 def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[str, Any]:
@@ -252,7 +259,8 @@ class SlotConfigOutcome:
     def to_json(self) -> dict[str, Any]:
         return {"config": self.config.name, "expected": self.config.expected, "tlc": self.status,
                 "distinct": self.distinct, "invariant": self.invariant, "tlc_trace_states": self.tlc_trace_states,
-                "model_states": self.model_states, "ok": self.ok, "error": self.error or None,
+                "model_states": self.model_states, "ok": self.ok, "verdict": model_verdict(self.ok),
+                "error": self.error or None,
                 "model_trace": self.model_violation[2] if self.model_violation else None}
 
 
@@ -293,19 +301,20 @@ def run_slots(pattern: str = "MC_slots*.cfg", on_config: Callable[[str], None] |
 
 
 def slots_table(outcomes: list[SlotConfigOutcome]) -> Table:
-    t = Table("config", "expected violated", "TLC", "TLC states", "model states", "trace (steps)", "ok",
+    t = Table("config", "expected violated", "TLC", "TLC states", "model states", "trace (steps)", "verdict",
               title="TLC and the model on tla/slots (the slot-flag protocol)", title_justify="left")
     for o in outcomes:
         steps = "-" if not o.model_violation else f"{len(o.model_violation[2])} (TLC {o.tlc_trace_states - 1})"
         t.add_row(o.config.name.removesuffix(".cfg"), " ".join(o.config.expected) or "none",
                   o.status + (f" {o.invariant}" if o.invariant else ""), str(o.distinct if o.distinct is not None
                                                                         else "-"),
-                  str(o.model_states), steps, "[green]yes[/]" if o.ok else "[bold red]NO[/]")
+                  str(o.model_states), steps, "[green]pass[/]" if o.ok else "[bold red]FAIL[/]")
     return t
 
 
 def write_slots(outcomes: list[SlotConfigOutcome], report_dir: Path) -> Path:
     path = report_dir / "model-slots.json"
-    path.write_text(json.dumps({**header(SLOTS_SCHEMA, "model"), "ok": all(o.ok for o in outcomes),
+    ok = all(o.ok for o in outcomes)
+    path.write_text(json.dumps({**header(SLOTS_SCHEMA, "model"), "ok": ok, "verdict": model_verdict(ok),
                                 "configs": [o.to_json() for o in outcomes]}, indent=1) + "\n")
     return path

@@ -402,10 +402,11 @@ def main(args, console, err) -> int:
         from rich.console import Console
 
         console = Console(width=width)
+    from ..reporting.report import verdict_line
+
     console.print(summary_table(res))
-    console.print(summary_line(res))
-    console.print(f"report: {path}")
     write_html(res, report_dir, width)
+    console.print(verdict_line("pass" if res.caught == res.total else "fail", summary_line(res), path), soft_wrap=True)
     return ExitCode.PASS if res.caught == res.total else ExitCode.FAIL
 
 

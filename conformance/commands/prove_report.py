@@ -59,7 +59,7 @@ def run(console: Console, err: Console, report_dir: Path, chunks: int = DEFAULT_
         profile: str = "impl") -> int:
     """Check every obligation, print the table (and a panel per refuted one),
     write ``report_dir/prove.json``.  Returns 0 iff every obligation is proven, else 1."""
-    from ..reporting.report import violation_panel
+    from ..reporting.report import verdict_line, violation_panel
 
     t0 = time.monotonic()
     started = _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
@@ -89,8 +89,6 @@ def run(console: Console, err: Console, report_dir: Path, chunks: int = DEFAULT_
         "verdict": verdict,
         "obligations": [r.to_json() for r in results],
     }, indent=2, default=str) + "\n")
-    line = Text.assemble(("verdict: ", "bold"), (verdict.upper(), STYLE["proven" if not bad else "refuted"]),
-                         f"  ({len(results) - len(bad)}/{len(results)} proven, {seconds:.1f}s)  "
-                         f"report: {report_dir / 'prove.json'}")
-    console.print(line)
+    console.print(verdict_line(verdict, f"{len(results) - len(bad)}/{len(results)} proven, {seconds:.1f}s",
+                               report_dir / "prove.json"), soft_wrap=True)
     return ExitCode.PASS if not bad else ExitCode.FAIL

@@ -29,6 +29,28 @@ from ..core.results import GateResult, Violation
 SCHEMA = "shmspec.report/1"
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
                  "unknown": "bold yellow", "not-claimed": "cyan"}
+VERDICTS = ("pass", "fail", "unknown", "error", "not-checked", "not-claimed")
+"""The one verdict vocabulary of every command (``check``, ``model``,
+``prove``, ``mutants``, ``matrix``): what its last line says, upper-cased."""
+
+
+def verdict_line(verdict: str, detail: str = "", report: Any = None) -> Text:
+    """The line every command ends with: ``verdict: PASS  (detail)  report: PATH``.
+
+    ``verdict`` is one of :data:`VERDICTS`; ``detail`` (counts, seconds) is
+    put in parentheses; ``report`` (a path, or None) is the command's report.
+
+    Raises:
+        ValueError: ``verdict`` is not one of :data:`VERDICTS`.
+    """
+    if verdict not in VERDICTS:
+        raise ValueError(f"verdict {verdict!r} is not one of {', '.join(VERDICTS)}")
+    line = Text.assemble(("verdict: ", "bold"), (verdict.upper(), VERDICT_STYLE[verdict]))
+    if detail:
+        line.append(f"  ({detail})")
+    if report is not None:
+        line.append(f"  report: {report}")
+    return line
 
 
 def report_json(result: GateResult, started: str, target_source: str | None = None,
@@ -255,7 +277,10 @@ def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = 
     return Panel(Group(*parts), title=title, border_style=colour)
 
 
-def render_console(console: Console, result: GateResult, report_dir: Path | None) -> None:
+def render_console(console: Console, result: GateResult, report_dir: Path | None, verdict: bool = True) -> None:
+    """The gate's console report: header, properties, campaigns, every
+    violation's panel and (``verdict``) the verdict line; ``shmspec check``
+    prints its own verdict line last, after the baseline's lines."""
     console.print(
         Panel.fit(
             Text.assemble(
@@ -319,12 +344,9 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                           f"{c.rates['partitions']} handle histories checked")
     for i, v in enumerate(result.violations, 1):
         console.print(violation_panel(i, v, result.descriptions))
-    style = VERDICT_STYLE[result.verdict]
-    line = Text.assemble(("verdict: ", "bold"), (result.verdict.upper(), style),
-                         f"  ({len(result.violations)} violation(s), {result.seconds:.1f}s)")
-    if report_dir is not None:
-        line.append(f"  report: {report_dir}")
-    console.print(line)
+    if verdict:
+        console.print(verdict_line(result.verdict, f"{len(result.violations)} violation(s), {result.seconds:.1f}s",
+                                   report_dir), soft_wrap=True)
 
 
 def save_console_html(path: Path, renderables: list[Any], width: int) -> Path:

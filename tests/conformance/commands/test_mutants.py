@@ -155,6 +155,8 @@ def test_cli_mutants_exit_status_and_table(tmp_path, monkeypatch, capsys):
     out = capsys.readouterr().out
     assert rc == 0, out
     assert "2/2 caught" in out and "score 2/2" in out
+    last = out.strip().splitlines()[-1]  # the run ends with its verdict and its report, nothing after
+    assert last.startswith("verdict: PASS  (score 2/2;") and last.endswith("mutants.json"), last
     data = json.loads((tmp_path / "mutants.json").read_text())
     assert (data["caught"], data["total"]) == (2, 2)
     assert (tmp_path / "leaky_close" / "report.html").exists()

@@ -193,17 +193,25 @@ def test_step_summary_is_a_markdown_table_with_the_new_findings(runs):
     assert "PASS" in step_summary(runs["good"][0], judge(runs["good"][0]), None).splitlines()[0]
 
 
-def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monkeypatch):
+def _last_line(capsys) -> str:
+    return capsys.readouterr().out.strip().splitlines()[-1]
+
+
+def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monkeypatch, capsys):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     base, junit = tmp_path / "baseline.json", tmp_path / "j.xml"
     assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r1"), "--junit", str(junit),
                  "--write-baseline", str(base)]) == 1
     assert json.loads(base.read_text())["known"] == ["READ"]
+    assert _last_line(capsys).startswith("verdict: FAIL  (1 violation(s), ")
     assert ET.parse(junit).getroot().find("testsuite").get("failures") == "1"
     assert "| READ | **FAIL (new)** | V1 |" in summary.read_text()
     # the same findings against that baseline: exit 0, and report.json says why
     assert main(["check", "--target", "toy:stale", "--report-dir", str(tmp_path / "r2"), "--baseline", str(base)]) == 0
+    # the last line says what the exit status says, after the baseline's lines
+    last = _last_line(capsys)
+    assert last.startswith("verdict: PASS  (1 violation(s), none new to the baseline, ") and "report: " in last
     block = json.loads((tmp_path / "r2" / "report.json").read_text())["baseline"]
     assert block["still"] == ["READ"] and block["new"] == [] and block["source"] == str(base)
     assert block["matched_by"] == "fingerprint" and [f["violation"] for f in block["findings"]["known"]] == ["V1"]
@@ -214,6 +222,7 @@ def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monk
     assert json.loads((tmp_path / "r2" / "report.json").read_text())["verdict"] == "fail"  # the truth is kept
     # a new finding on top of the baseline fails again; a fixed one is told
     assert main(["check", "--target", "toy:dup", "--report-dir", str(tmp_path / "r3"), "--baseline", str(base)]) == 1
+    assert _last_line(capsys).startswith("verdict: FAIL  (2 violation(s), 1 new to the baseline, ")
     r3 = json.loads((tmp_path / "r3" / "report.json").read_text())
     assert r3["baseline"]["new"] == ["ONCE"] and r3["violations"][0]["baseline"] == "new"
     assert "<span class='finding-new'>new</span>" in (tmp_path / "r3" / "report.html").read_text()
@@ -233,3 +242,16 @@ def test_check_refuses_a_bad_baseline_before_running(toy, tmp_path, capsys):
     assert not (tmp_path / "r").exists()
     err = capsys.readouterr().err.strip()
     assert err.startswith("shmspec: error: the baseline") and "\n" not in err
+
+
+def test_every_command_speaks_one_verdict_vocabulary():
+    """``verdict_line``: the last line of check, model, prove, mutants and
+    matrix; a verdict outside the vocabulary is refused."""
+    from shmspec.conformance.reporting.report import VERDICTS, verdict_line
+
+    assert str(verdict_line("pass", "3/3 proven, 1.0s", "r/prove.json")) == (
+        "verdict: PASS  (3/3 proven, 1.0s)  report: r/prove.json")
+    assert str(verdict_line("unknown")) == "verdict: UNKNOWN"
+    assert set(VERDICTS) >= {"pass", "fail", "error", "unknown"}
+    with pytest.raises(ValueError, match="verdict 'ok' is not one of"):
+        verdict_line("ok")

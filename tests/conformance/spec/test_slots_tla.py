@@ -79,8 +79,12 @@ def test_shmspec_model_runs_the_slot_configs_and_judges_them(tmp_path, capsys):
     from shmspec.conformance.cli import main
 
     assert main(["model", "--protocol", "queue", "--report-dir", str(tmp_path)]) == 0
+    # the run ends with its verdict and its report, nothing after (the check/prove vocabulary)
+    last = capsys.readouterr().out.strip().splitlines()[-1]
+    assert last.startswith("verdict: PASS  (6/6 configs as their Expected: line states)  report: "), last
+    assert last.endswith("model-slots.json"), last
     data = json.loads((tmp_path / "model-slots.json").read_text())
-    assert data["schema"] == "shmspec.model-slots/1" and data["ok"] is True
+    assert data["schema"] == "shmspec.model-slots/1" and data["ok"] is True and data["verdict"] == "pass"
     by = {c["config"]: c for c in data["configs"]}
     assert {"MC_slots.cfg", "MC_slots_tso.cfg", "MC_slots_pso.cfg", "MC_slots_pso_fenced.cfg"} <= set(by)
     assert by["MC_slots_pso.cfg"]["tlc"] == "violation" and by["MC_slots_pso.cfg"]["invariant"] == "FIFO"

@@ -75,6 +75,16 @@ def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(ou
         assert a.ok and a.only_tlc == a.only_model == 0 and a.tlc_distinct > a.model_distinct, name
     for name in ("MC_impl_prog.cfg", "MC_vllm_prog.cfg"):
         assert live[name].check.holds.status == "ok" and live[name].check.found == {}
+    # the summary table's "TLC found" column names the liveness violation it draws below
+    from shmspec.conformance.reporting.report import record_text
+
+    table = record_text(lambda rec: rec.print(modelcheck.summary_table(list(live.values()))), 200)
+    rows = {line.split("│")[1].strip(): [c.strip() for c in line.split("│")[2:-1]]
+            for line in table.splitlines() if line.startswith("│")}
+    for name in ("impl_prog_unread", "vllm_prog_unread"):
+        assert rows[name][:2] == ["PROGLive", "PROGLive"] and rows[name][-1] == "pass", rows[name]
+    for name in ("impl_prog", "vllm_prog"):
+        assert rows[name][:2] == ["none", "none"], rows[name]
     for name in ("MC_impl_prog_unread.cfg", "MC_vllm_prog_unread.cfg"):
         found = live[name].check.found["PROGLive"]
         assert found.status == "liveness" and found.invariant == "PROGLive" and found.exit_code == 13
