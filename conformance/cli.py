@@ -124,6 +124,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="directory for model.json and model.html (default <reports>/<time>-model)")
     m.add_argument("--target", default=None,
                    help="also replay every counterexample on this store (impl, file:PATH, vllm==X.Y.Z)")
+    m.add_argument("--jobs", default="auto", metavar="N",
+                   help="configs checked at once, each in its own process (N or auto: one per core; default auto); "
+                        "the results do not depend on it")
     m.add_argument("--workers", default="1", metavar="N",
                    help="TLC worker threads for the runs that must hold (N or auto: one per core; default 1); "
                         "runs that must fail keep one, so their counterexamples stay the same")
@@ -462,6 +465,11 @@ def model(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: --workers takes N >= 1 or auto, not {args.workers!r}", markup=False,
                   highlight=False, soft_wrap=True)
         return EXIT_ERROR
+    jobs = (os.cpu_count() or 1) if args.jobs == "auto" else args.jobs
+    if not str(jobs).isdigit() or int(jobs) < 1:
+        err.print(f"shmspec: error: --jobs takes N >= 1 or auto, not {args.jobs!r}", markup=False,
+                  highlight=False, soft_wrap=True)
+        return EXIT_ERROR
     report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")
     problem = _prepare_report_dir(report_dir)
     if problem:
@@ -475,7 +483,7 @@ def model(args: argparse.Namespace) -> int:
             outcomes = modelcheck.run(args.tla_dir, args.config, deep=args.deep, agree=agree,
                                       on_config=lambda name: status.update(f"TLC and the model on {name}"),
                                       target=_canonical_target(args.target) if args.target else None,
-                                      workers=int(workers))
+                                      workers=int(workers), jobs=int(jobs))
     except (TlcError, TargetError, ValueError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR

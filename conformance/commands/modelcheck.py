@@ -54,6 +54,8 @@ class ConfigOutcome:
     """The target the counterexamples were replayed on (None: not replayed)."""
     target_replays: list["TargetReplay"] = field(default_factory=list)
     """One per counterexample, in order, when ``target`` is set."""
+    traces: list = field(default_factory=list, repr=False)
+    """TLC's trace of each counterexample, in order (what a target replays)."""
 
     @property
     def ok(self) -> bool:
@@ -65,18 +67,26 @@ class ConfigOutcome:
 
 def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = False, agree: bool = True,
         on_config: Callable[[str], None] | None = None, target: str | None = None,
-        workers: int = 1) -> list[ConfigOutcome]:
+        workers: int = 1, jobs: int = 1) -> list[ConfigOutcome]:
     """Check every config; ``agree`` enumerates the model beside TLC;
     ``target`` (a target spec) replays every counterexample on that store;
     ``workers``: TLC workers of the runs that must hold
-    (:func:`~shmspec.conformance.spec.tlc.check_config`).
+    (:func:`~shmspec.conformance.spec.tlc.check_config`); ``jobs``: configs
+    checked at once, each in its own process (TLC's runs and the model's
+    enumeration of one config stay in one process, in order, so the results
+    do not depend on ``jobs``).  Outcomes are in file-name order.
+    ``on_config(name)`` is called as each config starts (``jobs == 1``) or
+    ends (``jobs > 1``, as ``"name (k/n done)"``).
 
     Raises:
         TlcError: no config, or TLC cannot run.
         TargetError: the target cannot be loaded.
+        ValueError: ``jobs`` < 1.
     """
     from .. import protocols
 
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, not {jobs}")
     tla_dir = tla_dir or protocols.get().tla_dir  # the ring-buffer protocol's spec (tla/)
     jar = find_jar()
     loaded = None
@@ -84,29 +94,56 @@ def run(tla_dir: Path | None = None, pattern: str = "MC*.cfg", deep: bool = Fals
         from ..targets.loader import load_target  # noqa: PLC0415 - only with a target
 
         loaded = load_target(target)
-    out = []
-    for cf in config_files(tla_dir, pattern, deep):
-        if on_config:
-            on_config(cf.name)
-        with tempfile.TemporaryDirectory(prefix="shmspec-dump-") as tmp:
-            dump = Path(tmp) / "states" if agree else None
-            check = check_config(cf, jar=jar, dump=dump, workers=workers)
-            agreement = None
-            if agree and check.holds.status == "ok":
-                agreement = compare(cf, check.holds, Path(f"{dump}.dump"))
-        cexs, traces = [], []
-        cfg = model_config(cf)
-        for inv, res in check.found.items():
-            if res.status in ("violation", "liveness") and res.trace:
-                replay = replay_trace(cfg, res.trace)
-                cexs.append((counterexample(cf, inv, res, replay), replay))
-                traces.append(res.trace)
-        outcome = ConfigOutcome(cf, check, agreement, cexs)
-        if loaded is not None:
+    cfgs = config_files(tla_dir, pattern, deep)
+    if jobs == 1 or len(cfgs) == 1:
+        out = []
+        for cf in cfgs:
+            if on_config:
+                on_config(cf.name)
+            out.append(_check_one(cf, jar, agree, workers))
+    else:
+        import multiprocess  # noqa: PLC0415 - processes only with jobs > 1
+
+        out_by_name: dict[str, tuple[ConfigOutcome, list]] = {}
+        with multiprocess.get_context("fork").Pool(min(jobs, len(cfgs))) as pool:
+            work = [(cf, jar, agree, workers) for cf in cfgs]
+            for k, res in enumerate(pool.imap_unordered(_check_one_job, work), 1):
+                out_by_name[res.config.name] = res
+                if on_config:
+                    on_config(f"{res.config.name} ({k}/{len(cfgs)} done)")
+        out = [out_by_name[cf.name] for cf in cfgs]
+    if loaded is not None:
+        for outcome in out:
+            cfg = model_config(outcome.config)
             outcome.target = loaded.spec
-            outcome.target_replays = _on_target(cfg, [(t, r) for t, (_, r) in zip(traces, cexs)], loaded)
-        out.append(outcome)
+            pairs = [(t, r) for t, (_, r) in zip(outcome.traces, outcome.counterexamples)]
+            outcome.target_replays = _on_target(cfg, pairs, loaded)
     return out
+
+
+def _check_one_job(job: tuple) -> ConfigOutcome:
+    return _check_one(*job)
+
+
+def _check_one(cf: ConfigFile, jar: Path, agree: bool, workers: int) -> ConfigOutcome:
+    """TLC's runs of one config, the model's agreement and every
+    counterexample replayed on the model."""
+    with tempfile.TemporaryDirectory(prefix="shmspec-dump-") as tmp:
+        dump = Path(tmp) / "states" if agree else None
+        check = check_config(cf, jar=jar, dump=dump, workers=workers)
+        agreement = None
+        if agree and check.holds.status == "ok":
+            agreement = compare(cf, check.holds, Path(f"{dump}.dump"))
+    cexs, traces = [], []
+    cfg = model_config(cf)
+    for inv, res in check.found.items():
+        if res.status in ("violation", "liveness") and res.trace:
+            replay = replay_trace(cfg, res.trace)
+            cexs.append((counterexample(cf, inv, res, replay), replay))
+            traces.append(res.trace)
+    outcome = ConfigOutcome(cf, check, agreement, cexs)
+    outcome.traces = traces
+    return outcome
 
 
 def _on_target(cfg: Any, cexs: list[tuple[list, TraceReplay]], loaded: Any) -> list["TargetReplay"]:

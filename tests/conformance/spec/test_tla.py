@@ -337,3 +337,31 @@ def test_model_html_tells_expected_counterexamples_from_failures(outcomes):
     assert lines.count(" expected: ") == len(asked) and "UNEXPECTED" not in lines
     _, v = asked[0]
     assert "expected counterexample" not in record_text(lambda rec: rec.print(violation_panel(1, v)))
+
+
+@pytest.mark.slow
+@java
+def test_configs_checked_at_once_give_the_outcomes_of_one_at_a_time(outcomes, tmp_path, monkeypatch):
+    """``modelcheck.run(jobs=2)`` (``shmspec model --jobs``, one process per
+    config) gives the one-at-a-time outcomes, in file order; a quick JVM
+    (``QUICK_JVM``, the class-data archive) finds the same counterexample."""
+    monkeypatch.setenv("SHMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    pattern = "MC_*_reread.cfg"
+    two = modelcheck.run(pattern=pattern, jobs=2)
+    one = [outcomes[o.config.name] for o in two]  # the session's run, one config at a time
+    assert [o.config.name for o in two] == [o.config.name for o in one] == ["MC_impl_reread.cfg",
+                                                                          "MC_vllm_reread.cfg"]
+    for a, b in zip(one, two):
+        assert a.ok and b.ok
+        ja, jb = modelcheck.to_json([a])["configs"][0], modelcheck.to_json([b])["configs"][0]
+        assert ja["distinct"] == jb["distinct"] and ja["agreement"]["model"]["distinct"] == jb["agreement"]["model"][
+            "distinct"] and ja["agreement"]["agree"] is jb["agreement"]["agree"] is True
+        assert [c["steps"] for c in ja["counterexamples"]] == [c["steps"] for c in jb["counterexamples"]]
+        assert len(ja["counterexamples"]) == len(a.check.expected)
+    assert list((tmp_path / "cache" / "tlc").glob("*.jsa")), "the first run leaves the class archive"
+    cfg = tlc.default_tla_dir() / "MC_vllm_reread.cfg"
+    slow, quick = tlc.run_tlc(cfg, invariants=["NRR"]), tlc.run_tlc(cfg, invariants=["NRR"], quick=True)
+    assert slow.status == quick.status == "violation" and slow.invariant == quick.invariant == "NRR"
+    assert [(s.action, s.values()) for s in slow.trace] == [(s.action, s.values()) for s in quick.trace]
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        modelcheck.run(pattern=pattern, jobs=0)
