@@ -103,12 +103,22 @@ def build_parser() -> argparse.ArgumentParser:
                         "(default <reports>/<time>-<target>, see shmspec --help)")
     c.add_argument("--baseline", type=Path, default=None, metavar="FILE",
                    help="known findings: a report.json of an earlier run or a baseline file (--write-baseline); "
-                        "a property it has violated is reported as known and does not fail the run (exit 0 "
-                        "unless a new property is violated); docs/ci.md")
+                        "a finding whose fingerprint it has is reported as known and does not fail the run "
+                        "(exit 0 unless a finding is new); docs/ci.md")
     c.add_argument("--write-baseline", type=Path, default=None, metavar="FILE",
-                   help="write this run's violated properties as a baseline file (shmspec.baseline/1)")
+                   help="write this run's findings as a baseline file (shmspec.baseline/2)")
     c.add_argument("--junit", type=Path, default=None, metavar="FILE",
                    help="also write JUnit XML: one testcase per property (failed, known and skipped told apart)")
+    mg = sub.add_parser("merge", help="merge the report.json of every shard of a run (--shard i/n) into one report")
+    mg.add_argument("reports", nargs="+", type=Path, metavar="REPORT",
+                    help="a shard's report.json, or the report directory holding it; every shard of the run, once")
+    mg.add_argument("--report-dir", type=Path, default=None,
+                    help="directory for the merged report.json / report.html / repro_test.py "
+                         "(default <reports>/<time>-merge-<target>)")
+    for flag, what in (("--baseline", "as check's: judge the merged run against these known findings"),
+                       ("--write-baseline", "write the merged run's findings as a baseline file"),
+                       ("--junit", "also write the merged run's JUnit XML")):
+        mg.add_argument(flag, type=Path, default=None, metavar="FILE", help=what)
     m = sub.add_parser("model", help="run TLC on the TLA+ spec's configs (tla/MC*.cfg) and judge them")
     m.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
                    help="whose spec: the object store's (tla/ShmStore.tla, default) or the slot-flag protocol's "
@@ -234,6 +244,9 @@ def main(argv: list[str] | None = None) -> int:
         return mutants(args)
     if args.command == "matrix":
         return matrix(args)
+    if args.command == "merge":
+        from .commands.merge import main as merge_command
+        return merge_command(args, _stdout_console(), Console(stderr=True))
     if args.command == "properties":
         from .commands.properties import main as properties_command
         return properties_command(args.ids, args.json, Console(), Console(stderr=True), args.protocol)
@@ -302,7 +315,7 @@ def _check(args: argparse.Namespace) -> int:
     from . import protocols
     from .core.errors import TargetError, UsageError
     from .reporting import outcomes as judged
-    from .reporting.report import default_report_dir, render_console, verdict_line
+    from .reporting.report import default_report_dir
 
     console = _stdout_console()
     err = Console(stderr=True)
@@ -352,6 +365,18 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
+    return _report_and_judge(console, err, args, result, report_dir, started, source, baseline)
+
+
+def _report_and_judge(console: Console, err: Console, args: argparse.Namespace, result: Any, report_dir: Path,
+                      started: str, source: str | None, baseline: Any) -> int:
+    """Write the report (and ``--junit``, ``--write-baseline``, the GitHub
+    step summary), print the console report, the baseline's lines and the
+    verdict line last; return the exit status (``check`` and ``merge``)."""
+    from .core.errors import UsageError
+    from .reporting import outcomes as judged
+    from .reporting.report import render_console, verdict_line
+
     try:
         outcomes = judged.judge_and_report(result, report_dir, started, source, baseline)
         if args.junit is not None:

@@ -23,7 +23,7 @@ from __future__ import annotations
 __version__ = "0.1.0"
 
 _API = {
-    "check": "shmspec.api", "replay": "shmspec.api",
+    "check": "shmspec.api", "replay": "shmspec.api", "merge": "shmspec.api",
     "GateResult": "shmspec.conformance.core.results", "Violation": "shmspec.conformance.core.results",
     "Construction": "shmspec.conformance.core.constructions",
     "ShmspecError": "shmspec.conformance.core.errors", "UsageError": "shmspec.conformance.core.errors",

@@ -1,4 +1,4 @@
-"""shmspec's Python API: run the gate on a store, replay a finding.
+"""shmspec's Python API: run the gate on a store, replay a finding, merge shard reports.
 
 Everything here is a public interface (kept stable; see docs/api.md)::
 
@@ -199,4 +199,21 @@ def replay(target: str, violation: "Violation | dict[str, Any]") -> str | None:
     case = violation.to_json() if isinstance(violation, Violation) else dict(violation)
     return protocols.get(case.get("protocol", protocols.DEFAULT)).replay(target, case)
 
-__all__ = ["Construction", "ExitCode", "GateResult", "ShmspecError", "UsageError", "Violation", "check", "replay"]
+def merge(reports: "list[str | Path]") -> GateResult:
+    """The result of one unsharded run from its shards' reports
+    (``shmspec merge``: each a ``report.json`` or its directory, every shard
+    of the run once).  Nothing is written; pass the result to the report
+    writers, or use the command.
+
+    Raises:
+        UsageError: a report cannot be read, the reports are of different
+            runs or shmspec versions, or a shard is missing or given twice
+            (the command's one-line errors).
+    """
+    from shmspec.conformance.commands.merge import merge_reports
+
+    return merge_reports([Path(r) for r in reports])[0]
+
+
+__all__ = ["Construction", "ExitCode", "GateResult", "ShmspecError", "UsageError", "Violation", "check", "merge",
+           "replay"]

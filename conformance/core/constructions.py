@@ -92,6 +92,14 @@ class Construction:
         return cls(bool(config.get("writer_lock", False)), str(config.get("start_method", "fork")),
                    int(config.get("n_readers", 2)))
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Construction":
+        """The construction :meth:`to_json` wrote (``report.json``'s ``construction``)."""
+        torch = str(d.get("torch") or "")
+        return cls(bool(d.get("writer_lock", False)), str(d.get("start_method", "fork")), int(d.get("n_readers", 2)),
+                   int(d.get("remote_readers", 0)), bool(d.get("deployed", False)), bool(d.get("scheduled", False)),
+                   bool(d.get("arena", False)), "" if torch == "stand-in" else torch)
+
     def to_json(self) -> dict[str, Any]:
         out = {"name": self.name, "writer_lock": self.writer_lock, "start_method": self.start_method,
                "n_readers": self.n_readers}

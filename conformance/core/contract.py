@@ -90,6 +90,12 @@ class Contract:
         drain = base.drain and self.clr == "drain"
         return replace(base, clr=self.clr, sw=self.sw, drain=drain)
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Contract":
+        """The contract :meth:`to_json` wrote (``report.json``'s ``contract``)."""
+        return cls(d["profile"], d["clr"], d["sw"], tuple(d.get("relies_on", CLIENT_RULES)),
+                   dict(d.get("not_claimed") or {}), d.get("source"), dict(d.get("excused") or {}))
+
     def to_json(self) -> dict[str, Any]:
         return {"name": self.name, "source": self.source, "profile": self.profile, "clr": self.clr, "sw": self.sw,
                 "relies_on": list(self.relies_on), "not_claimed": dict(self.not_claimed), "excused": dict(self.excused)}

@@ -86,6 +86,20 @@ class Violation:
             return []  # re-run from config (a free run's seed, load and geometry; a fault scenario's name)
         return [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in self.steps if s["action"] != "close"]
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> "Violation":
+        """A violation of ``report.json`` (:meth:`to_json`), for ``shmspec
+        merge``: its exception reduced to what the reports and the merge use
+        (property, cause, action, message)."""
+        from types import SimpleNamespace  # noqa: PLC0415
+
+        exc = SimpleNamespace(prop=d["property"], cause=d.get("cause") or "", action=d.get("action") or "",
+                              message=d["message"])
+        return cls(d["property"], d["message"], d["campaign"], int(d.get("round", 0)), list(d["steps"]),
+                   dict(d["config"]), exc, d.get("concurrency", "off"), shrink_complete=d.get("shrink_complete"),
+                   shrink_examples=d.get("shrink_examples"), occurrence=int(d.get("occurrence", 1)),
+                   protocol=d.get("protocol", "ringbuffer"), seed=d.get("seed"))
+
     def to_json(self) -> dict[str, Any]:
         return {
             "property": self.property,
@@ -99,6 +113,7 @@ class Violation:
             "shrink_examples": self.shrink_examples,
             "occurrence": self.occurrence,
             "cause": getattr(self.exc, "cause", None),
+            "action": getattr(self.exc, "action", None) or None,
             "fingerprint": self.fingerprint,
             "construction": self.construction.to_json(),
             "protocol": self.protocol,
@@ -138,6 +153,15 @@ class CampaignResult:
     store that confines its writer to one thread); its verdict is then
     ``not-claimed`` unless another campaign fails it."""
 
+    @classmethod
+    def from_json(cls, d: dict[str, Any], violations: dict[str, Violation]) -> "CampaignResult":
+        """A campaign of ``report.json``; ``violations`` maps the report's
+        violation ids (``V1``) to the loaded violations."""
+        return cls(d["name"], list(d["checks"]), d.get("mode", "lockstep"), int(d["examples"]), int(d["steps"]),
+                   float(d["seconds"]), bool(d["completed"]), d.get("skipped"),
+                   [violations[i] for i in d.get("violations", [])], d.get("error"), d.get("unknown"),
+                   dict(d.get("rates") or {}), dict(d.get("not_claimed") or {}))
+
 
 @dataclass
 class GateResult:
@@ -174,6 +198,28 @@ class GateResult:
     stand_ins: tuple[str, ...] = ()
     """Names of the target file's own project the loader stood in for
     (SGLang's helpers: ``sglang.srt.utils.network.get_open_port``, ...)."""
+
+    @classmethod
+    def from_report(cls, d: dict[str, Any], registry: tuple[Property, ...] = PROPERTIES,
+                    contract: Any = None) -> "GateResult":
+        """The result a ``report.json`` (schema ``shmspec.report/1``) was
+        written from, as far as the report keeps it (each violation's
+        exception is reduced to its cause and action; ``detected_*`` are not
+        kept): what ``shmspec merge`` merges.  ``registry``: the report's
+        protocol's properties; ``contract``: its loaded contract.
+
+        Raises:
+            KeyError, TypeError, ValueError: the document is not such a report.
+        """
+        vs = {v["id"]: Violation.from_json(v) for v in d["violations"]}
+        shard = tuple(int(x) for x in d["shard"].split("/")) if d.get("shard") else None
+        seeds = tuple(d.get("seeds") or ())
+        return cls(d["target"], d["model_profile"], d["profile"], int(d["seed"]),
+                   [CampaignResult.from_json(c, vs) for c in d["campaigns"]], float(d["seconds"]),
+                   d.get("concurrency", "off"), bool(d["construction"].get("writer_lock", False)),
+                   Construction.from_json(d["construction"]), d.get("protocol", "ringbuffer"), registry,
+                   seeds if int(d.get("units", 1)) > 1 or shard else (), int(d.get("units", 1)), shard,
+                   int(d.get("workers", 1)), contract, tuple(d.get("stand_ins") or ()))
 
     @property
     def contract_name(self) -> str:

@@ -210,7 +210,7 @@ def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tupl
                 entry = m.rates.setdefault("client_deviations", {}).setdefault(rule, {**d, "count": 0})
                 entry["count"] += d["count"]
             for v in c.violations:
-                key = (v.property, getattr(v.exc, "cause", "") or getattr(v.exc, "action", "") or "")
+                key = _unit_key(v)
                 if r is first or key not in seen:
                     m.violations.append(v)
                 seen.add(key)
@@ -221,4 +221,99 @@ def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tupl
                    workers=workers, units=units)
 
 
-__all__ = ["merge", "parse_shard", "run_units", "shard_units", "unit_seed"]
+def _unit_key(v: Any) -> tuple[str, str]:
+    """What :func:`merge` deduplicates later units' violations by."""
+    return (v.property, getattr(v.exc, "cause", "") or getattr(v.exc, "action", "") or "")
+
+
+def merge_shards(shards: list[GateResult]) -> GateResult:
+    """The unsharded run's result from its shards' (``shmspec merge``): the
+    units of every shard in unit order, merged as :func:`merge` merges them
+    (counts summed, each later unit's violations kept only when no earlier
+    unit found their property and failing step kind), so that ``n`` shard
+    reports merged equal one run of all the units.  ``seconds`` is the
+    longest shard's; ``shard`` is None.
+
+    Raises:
+        ValueError: no shard, shards of different runs (target, protocol,
+            profiles, contract, concurrency, construction, base seed, unit
+            count, shard count), a shard given twice or one missing (one line
+            each: a lost shard must never merge into a pass).
+    """
+    if not shards:
+        raise ValueError("no report to merge")
+    first = shards[0]
+    for r in shards[1:]:
+        for what, a, b in (("target", first.target, r.target), ("protocol", first.protocol, r.protocol),
+                           ("gate profile", first.profile, r.profile),
+                           ("model profile", first.model_profile, r.model_profile),
+                           ("contract", first.contract_name, r.contract_name),
+                           ("concurrency", first.concurrency, r.concurrency),
+                           ("construction", first.construction.name, r.construction.name),
+                           ("base seed", first.seed, r.seed), ("seed units", first.units, r.units),
+                           ("shard count", first.shard and first.shard[1], r.shard and r.shard[1])):
+            if a != b:
+                raise ValueError(f"the reports are of different runs: {what} {a} and {b}")
+    n = first.shard[1] if first.shard else 1
+    got = sorted(r.shard[0] if r.shard else 1 for r in shards)
+    if len(set(got)) != len(got):
+        dup = next(i for i in got if got.count(i) > 1)
+        raise ValueError(f"shard {dup}/{n} is given twice")
+    missing = [i for i in range(1, n + 1) if i not in got]
+    if missing:
+        raise ValueError(f"shard{'s' * (len(missing) > 1)} {', '.join(f'{i}/{n}' for i in missing)} missing: "
+                         f"a merge covers every shard of the run")
+    unit_of = {unit_seed(first.seed, k): k for k in range(first.units)}
+    order = [c.name for c in min(shards, key=lambda r: r.shard or (1, 1)).campaigns]
+    for r in shards:
+        order += [c.name for c in r.campaigns if c.name not in order]
+    merged: dict[str, CampaignResult] = {}
+    by_unit: dict[int, list[tuple[str, Any]]] = {}  # unit -> (campaign, violation), in the unit's order
+    first_rates: dict[str, dict] = {}
+    lowest: dict[str, int] = {}
+    for r in sorted(shards, key=lambda r: r.shard or (1, 1)):
+        low = min((unit_of.get(s, first.units) for s in r.seeds or (r.seed,)), default=0)
+        for c in r.campaigns:
+            m = merged.get(c.name)
+            if m is None:
+                merged[c.name] = m = replace(c, violations=[], rates={}, not_claimed=dict(c.not_claimed),
+                                             examples=0, steps=0, seconds=0.0, completed=True, error=None,
+                                             unknown=None, skipped=c.skipped)
+            m.examples += c.examples
+            m.steps += c.steps
+            m.seconds += c.seconds
+            m.completed = m.completed and c.completed
+            m.error = m.error or c.error
+            m.unknown = m.unknown or c.unknown
+            m.skipped = m.skipped if c.skipped else None
+            m.not_claimed.update(c.not_claimed)
+            if c.name not in lowest or low < lowest[c.name]:  # rates: the first unit's (the lowest unit's shard)
+                lowest[c.name], first_rates[c.name] = low, dict(c.rates)
+            for v in c.violations:
+                k = unit_of.get(v.seed, first.units) if v.seed is not None else low
+                by_unit.setdefault(k, []).append((c.name, v))
+    for name, m in merged.items():
+        m.rates = first_rates.get(name, {})
+        devs: dict[str, dict] = {}
+        for r in shards:
+            for c in r.campaigns:
+                if c.name == name:
+                    for rule, d in c.rates.get("client_deviations", {}).items():
+                        devs.setdefault(rule, {**d, "count": 0})["count"] += d["count"]
+        if devs:
+            m.rates = {**m.rates, "client_deviations": devs}
+    seen: set[tuple[str, str]] = set()
+    lost = {c.name.split(" ", 1)[1] for r in shards for c in r.campaigns if c.mode == "unit"}
+    first_unit = min((k for s, k in unit_of.items() if str(s) not in lost), default=0)  # merge()'s first good unit
+    for k in sorted(by_unit):
+        for name, v in by_unit[k]:
+            key = _unit_key(v)
+            if k == first_unit or key not in seen:
+                merged[name].violations.append(v)
+            seen.add(key)
+    seeds = tuple(sorted({s for r in shards for s in (r.seeds or (r.seed,))}, key=lambda s: unit_of.get(s, 0)))
+    return replace(first, campaigns=[merged[n] for n in order], seconds=max(r.seconds for r in shards),
+                   seeds=seeds if first.units > 1 else (), shard=None, workers=max(r.workers for r in shards))
+
+
+__all__ = ["merge", "merge_shards", "parse_shard", "run_units", "shard_units", "unit_seed"]
