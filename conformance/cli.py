@@ -150,6 +150,11 @@ def build_parser() -> argparse.ArgumentParser:
     mu = sub.add_parser("mutants", help="run the gate on every seeded fault of impl; score caught / total")
     mu.add_argument("--only", default=None, help="comma-separated fault names (default: all; see --list)")
     mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
+    mu.add_argument("--jobs", default="auto", metavar="N",
+                    help="faults run at once, each gate in its own process (N or auto: one per core; default auto)")
+    mu.add_argument("--full", action="store_true",
+                    help="run every campaign on every fault (default: a fault's gate stops at the first finding "
+                         "of the property it names)")
     mu.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
                     help="whose faults: the object store's (default), or the slot-flag arena's or queue's")
     mu.add_argument("--profile", default="ci", choices=("smoke", "ci", "dev", "deep"), help="gate profile (default ci)")

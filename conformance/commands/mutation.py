@@ -24,7 +24,9 @@ own gate report going to ``<report dir>/<fault name>/``.
 
 from __future__ import annotations
 
+import os
 import statistics
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -111,6 +113,8 @@ class MutantsResult:
     started: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    jobs: int = 1
+    full: bool = False
 
     @property
     def caught(self) -> int:
@@ -133,6 +137,8 @@ class MutantsResult:
             "seed": self.seed,
             "started": self.started,
             "seconds": round(self.seconds, 2),
+            "jobs": self.jobs,
+            "stops_at_first_finding": not self.full,
             "caught": self.caught,
             "total": self.total,
             "score": round(self.caught / self.total, 4) if self.total else None,
@@ -147,12 +153,15 @@ _seed_only = seed_only  # the gate switches the pool off itself now; kept for ca
 
 def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
               on_progress: Callable[[str, int, int], None] | None = None, campaigns=None,
-              concurrency: str | None = None, started: str | None = None) -> FaultOutcome:
+              concurrency: str | None = None, started: str | None = None, full: bool = False) -> FaultOutcome:
     """Run the gate on one fault in this process and, when ``report_dir`` is
     given, write its gate report there (``report.json``, ``report.html``,
     ``repro_test.py``).  The fault is loaded by its target string
     (:attr:`Fault.target`, through its protocol); ``campaigns`` None runs
-    that protocol's own (the ring buffer's: ``DEFAULT_CAMPAIGNS``).  A fault
+    that protocol's own (the ring buffer's: ``DEFAULT_CAMPAIGNS``).  The gate
+    stops at the first finding of the property the fault names (the
+    campaigns after it are skipped; ``full``: every campaign runs, and the
+    row's ``violated`` is then every property the fault breaks).  A fault
     that cannot be loaded is an outcome with ``error`` set (not caught)."""
     from .. import protocols
     from ..targets.loader import TargetError
@@ -164,7 +173,7 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
     with _seed_only():
         result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns,
-                          concurrency=concurrency)
+                          concurrency=concurrency, stop_at=None if full else frozenset({fault.expected}))
     out = FaultOutcome(fault, result, time.monotonic() - t0)
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -180,7 +189,7 @@ def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
 
 
 def _child(queue, fault: Fault, gate_profile, seed: int | None, report_dir: Path | None, started: str,
-           campaigns, concurrency: str | None) -> None:
+           campaigns, concurrency: str | None, full: bool = False) -> None:
     """Spawned per fault: run its gate, stream progress, send back its row.
     SIGTERM unwinds like Ctrl-C, so the gate stops its workers on the way out."""
     import signal
@@ -189,7 +198,7 @@ def _child(queue, fault: Fault, gate_profile, seed: int | None, report_dir: Path
     GATE_PROFILES.setdefault(gate_profile.name, gate_profile)  # a profile registered by the caller only
     try:
         out = run_fault(fault, gate_profile.name, seed, report_dir, lambda *a: queue.put(("progress", a)),
-                        campaigns, concurrency, started)
+                        campaigns, concurrency, started, full)
         queue.put(("row", out.to_json()))
     except KeyboardInterrupt:
         pass
@@ -199,7 +208,7 @@ def _child(queue, fault: Fault, gate_profile, seed: int | None, report_dir: Path
 
 def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path | None, started: str,
                   on_progress: Callable[[str, int, int], None] | None, campaigns=None,
-                  concurrency: str | None = None) -> dict[str, Any]:
+                  concurrency: str | None = None, full: bool = False) -> dict[str, Any]:
     """:func:`run_fault` in a fresh (spawned) process, so no fault's gate run
     shares interpreter state with another's: each row is what ``shmspec check
     --target file:<fault>`` would find.  Interrupted (KeyboardInterrupt, or
@@ -210,9 +219,11 @@ def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path
     ctx = mp.get_context("spawn")
     q = ctx.Queue()
     proc = ctx.Process(target=_child, args=(q, fault, GATE_PROFILES[profile], seed, report_dir, started,
-                                            None if campaigns is None else tuple(campaigns), concurrency),
+                                            None if campaigns is None else tuple(campaigns), concurrency, full),
                        daemon=True)
     proc.start()
+    with _LIVE_LOCK:
+        _LIVE.add(proc)
     try:
         while True:
             try:
@@ -235,6 +246,22 @@ def _run_isolated(fault: Fault, profile: str, seed: int | None, report_dir: Path
         if proc.is_alive():
             proc.kill()
             proc.join()
+        with _LIVE_LOCK:
+            _LIVE.discard(proc)
+
+
+_LIVE: set = set()
+"""The faults' gate processes running now (:func:`_run_isolated`): an
+interrupt of a parallel run terminates them all."""
+_LIVE_LOCK = threading.Lock()
+
+
+def _terminate_live() -> None:
+    with _LIVE_LOCK:
+        procs = list(_LIVE)
+    for p in procs:
+        if p.is_alive():
+            p.terminate()
 
 
 def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
@@ -242,29 +269,62 @@ def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = Non
                 on_progress: Callable[[str, int, int], None] | None = None,
                 on_done: Callable[[dict[str, Any]], None] | None = None,
                 campaigns=None, concurrency: str | None = None, started: str = "",
-                isolate: bool = False) -> MutantsResult:
-    """Run the gate on each fault in turn (sequentially: every gate already
-    uses the machine's cores for its reader processes).  ``on_fault(i, fault)``
-    before each, ``on_progress`` is the gate's, ``on_done(row)`` after each.
+                isolate: bool = False, jobs: int = 1, full: bool = False) -> MutantsResult:
+    """Run the gate on each fault; the rows are in ``faults``' order.
+    ``on_fault(i, fault)`` before each, ``on_progress`` is the gate's (of the
+    fault started last), ``on_done(row)`` after each, as they end.
     ``isolate``: each fault's gate in a fresh spawned process (what the CLI
-    does).  ``campaigns`` and ``concurrency`` narrow the gate (tests).
+    does); with ``isolate``, ``jobs`` faults run at once (each gate's
+    campaigns are deterministic or bounded by counts, so a row does not
+    depend on ``jobs``; a free-running campaign's interleavings are the
+    OS's).  ``full``: no fault's gate stops at its first finding of the
+    expected property (:func:`run_fault`).  ``campaigns`` and ``concurrency``
+    narrow the gate (tests).
 
     Raises:
         KeyError: unknown gate profile.
+        ValueError: ``jobs`` < 1.
     """
-    res = MutantsResult(profile, seed, started)
+    if jobs < 1:
+        raise ValueError(f"jobs must be >= 1, not {jobs}")
+    res = MutantsResult(profile, seed, started, jobs=jobs if isolate else 1, full=full)
     t0 = time.monotonic()
-    for i, fault in enumerate(faults):
+
+    def one(i: int, fault: Fault) -> dict[str, Any]:
         if on_fault:
             on_fault(i, fault)
         sub = report_dir / fault.name if report_dir is not None else None
         if isolate:
-            row = _run_isolated(fault, profile, seed, sub, started, on_progress, campaigns, concurrency)
-        else:
-            row = run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started).to_json()
-        res.rows.append(row)
-        if on_done:
-            on_done(row)
+            return _run_isolated(fault, profile, seed, sub, started, on_progress, campaigns, concurrency, full)
+        return run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started, full).to_json()
+
+    rows: dict[int, dict[str, Any]] = {}
+    if jobs == 1 or not isolate or len(faults) < 2:
+        for i, fault in enumerate(faults):
+            rows[i] = one(i, fault)
+            if on_done:
+                on_done(rows[i])
+    else:
+        from concurrent.futures import FIRST_COMPLETED, ThreadPoolExecutor, wait  # noqa: PLC0415
+
+        pool = ThreadPoolExecutor(max_workers=min(jobs, len(faults)))
+        try:  # each thread waits on its fault's spawned process; the work is in those processes
+            pending = {pool.submit(one, i, f): i for i, f in enumerate(faults)}
+            while pending:
+                done, _ = wait(pending, return_when=FIRST_COMPLETED)
+                for fut in done:
+                    i = pending.pop(fut)
+                    rows[i] = fut.result()
+                    if on_done:
+                        on_done(rows[i])
+        except BaseException:
+            for fut in pending:
+                fut.cancel()
+            _terminate_live()  # SIGTERM each running fault's gate: it stops its workers and exits
+            raise
+        finally:
+            pool.shutdown(wait=True, cancel_futures=True)
+    res.rows = [rows[i] for i in range(len(faults))]
     res.seconds = time.monotonic() - t0
     return res
 
@@ -363,6 +423,12 @@ def main(args, console, err) -> int:
             t.add_row(f.name, f.expected, f.summary + (f" (caught in the {f.construction} construction)" if f.construction else ""))
         console.print(t)
         return ExitCode.PASS
+    jobs_arg = getattr(args, "jobs", "1")
+    if jobs_arg != "auto" and (not str(jobs_arg).isdigit() or int(jobs_arg) < 1):
+        err.print(f"shmspec: error: --jobs takes N >= 1 or auto, not {jobs_arg!r}", markup=False, highlight=False,
+                  soft_wrap=True)
+        return ExitCode.ERROR
+    jobs = (os.cpu_count() or 1) if jobs_arg == "auto" else int(jobs_arg)
     report_dir = args.report_dir or default_report_dir("mutants")
     try:
         report_dir.mkdir(parents=True, exist_ok=True)
@@ -395,7 +461,7 @@ def main(args, console, err) -> int:
             progress.advance(bar)
 
         res = run_mutants(chosen, args.profile, args.seed, report_dir, on_fault, on_progress, on_done,
-                          started=started, isolate=ISOLATE)
+                          started=started, isolate=ISOLATE, jobs=jobs, full=getattr(args, "full", False))
     path = write_json(res, report_dir)
     width = max(console.width, 132)  # the table's nine columns stay readable in a log
     if not console.is_terminal and console.width < width:  # rich caps print(width=) at the console's

@@ -246,6 +246,7 @@ def run_gate(
     workers: int = 1,
     shard: tuple[int, int] | None = None,
     example_db: str | None = None,
+    stop_at: frozenset[str] | None = None,
 ) -> GateResult:
     """Run the gate on ``target`` with its store protocol's campaigns
     (:func:`~shmspec.conformance.protocols.protocol_of`).
@@ -259,7 +260,10 @@ def run_gate(
     appends none.  ``seeds`` (default: the profile's) seed units run the
     gate once per seed, ``workers`` at a time in forked processes, only
     shard ``(i, n)``'s units when ``shard`` is given (:mod:`.units`);
-    ``example_db``: :func:`example_database`.
+    ``example_db``: :func:`example_database`.  ``stop_at`` (property ids):
+    once a campaign finds one of them, the campaigns after it are not run
+    (each recorded as skipped, with why): ``shmspec mutants`` stops a
+    fault's gate at the first finding of the property the fault names.
 
     Raises:
         KeyError: unknown gate profile.
@@ -275,17 +279,18 @@ def run_gate(
         raise ValueError(f"--shard needs --seed on the {profile} profile: every shard must derive the same seeds")
     if units > 1 or workers > 1 or shard is not None:
         return _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only,
-                               concurrency, units, workers, shard, example_db)
+                               concurrency, units, workers, shard, example_db, stop_at)
     global _DATABASE
     saved_db, _DATABASE = _DATABASE, example_database(example_db, profile)
     try:
-        return _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency)
+        return _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency,
+                         stop_at)
     finally:
         _DATABASE = saved_db
 
 
 def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency, units,
-                    workers, shard, example_db) -> GateResult:
+                    workers, shard, example_db, stop_at=None) -> GateResult:
     from . import units as _units
 
     gp = GATE_PROFILES[profile]
@@ -300,7 +305,7 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
 
     def run_one(s: int) -> GateResult:
         return run_gate(target, profile, s, None, campaigns, config, first_finding_only, concurrency,
-                        seeds=1, workers=1, example_db=example_db)
+                        seeds=1, workers=1, example_db=example_db, stop_at=stop_at)
 
     t0 = time.monotonic()
     if on_progress:
@@ -319,7 +324,8 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
     return result
 
 
-def _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency) -> GateResult:
+def _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency,
+              stop_at=None) -> GateResult:
     protocol = protocol_of(target)
     gp = GATE_PROFILES[profile]
     concurrency = concurrency_for(protocol, profile, concurrency)
@@ -335,7 +341,7 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
     raced: set[str] = set()  # found by the preemption sweep: the drawn schedules need not hunt them again
     with seed_only(), shrink_clock(gp.shrink_examples):
         config = _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0,
-                                on_progress, Findings(gp.distinct))
+                                on_progress, Findings(gp.distinct), stop_at)
     if on_progress:
         on_progress("done", len(campaigns), len(campaigns))
     for r in results:
@@ -347,11 +353,17 @@ def _run_gate(target, profile, seed, on_progress, campaigns, config, first_findi
                       registry=protocol.properties, stand_ins=tuple(getattr(target, "stand_ins", ()) or ()))
 
 
-def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress, found):
+def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, results, t0, on_progress, found,
+                   stop_at=None):
     """Every campaign in turn (``results`` gets each); returns the config with
-    the findings excused."""
+    the findings excused.  After a finding of a ``stop_at`` property the
+    rest are recorded as skipped."""
+    stopped = None
     for i, campaign in enumerate(campaigns):
         interrupt.check()  # a swallowed SIGTERM: no further campaign
+        if stopped is not None:
+            results.append(CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode, skipped=stopped))
+            continue
         if on_progress:
             on_progress(campaign.name, i, len(campaigns))
         steps_before = sum(r.steps for r in results)
@@ -366,6 +378,9 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
         for v in res.violations:
             if v.exc is not None:
                 config = found.excuse(config, v.exc)
+        hit = next((v.property for v in res.violations if stop_at and v.property in stop_at), None)
+        if hit is not None:
+            stopped = f"not run: the gate stopped at the first finding of {hit} (campaign {campaign.name})"
     return config
 
 

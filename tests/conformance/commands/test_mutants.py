@@ -39,8 +39,9 @@ def _narrow(monkeypatch):
     """Make the CLI's gate runs ``tiny`` and core-only."""
     gate = mutation.run_gate
 
-    def core_only(target, profile, seed, on_progress=None, campaigns=None, concurrency=None):
-        return gate(target, "tiny", seed, on_progress=on_progress, campaigns=CORE, concurrency="off")
+    def core_only(target, profile, seed, on_progress=None, campaigns=None, concurrency=None, stop_at=None):
+        return gate(target, "tiny", seed, on_progress=on_progress, campaigns=CORE, concurrency="off",
+                    stop_at=stop_at)
 
     monkeypatch.setattr(mutation, "run_gate", core_only)
     monkeypatch.setattr(mutation, "ISOLATE", False)  # the patch must reach the gate: same process
@@ -125,6 +126,38 @@ def test_isolated_run_streams_progress_and_matches_in_process(tmp_path):
     here = mutation.run_fault(faults(["size_off_by_one"])[0], "tiny", campaigns=CORE, concurrency="off").to_json()
     assert (here["caught_by"], here["campaign"], here["violated"]) == (row["caught_by"], row["campaign"],
                                                                        row["violated"])
+
+
+def test_a_faults_gate_stops_at_the_first_finding_of_its_property():
+    """``stop_at``: the campaigns after the first finding of the fault's
+    property are skipped, saying why; without it (``--full``) they run."""
+    fault = faults(["dup_overwrite"])[0]
+    two = tuple(c for c in CAMPAIGNS if c.name in ("core", "stale"))
+    stopped = run_gate(load_file(str(fault.path)), "tiny", 0, campaigns=two, concurrency="off",
+                       stop_at=frozenset({"DUP"}))
+    core, stale = stopped.campaigns
+    assert core.completed and "DUP" in {v.property for v in core.violations}
+    assert not stale.completed and stale.examples == 0 and stale.skipped == (
+        "not run: the gate stopped at the first finding of DUP (campaign core)")
+    full = mutation.run_fault(fault, "tiny", campaigns=two, concurrency="off", full=True)
+    assert [c.completed for c in full.result.campaigns] == [True, True] and full.caught
+    assert mutation.run_fault(fault, "tiny", campaigns=two, concurrency="off").result.campaigns[1].skipped
+
+
+@pytest.mark.slow
+def test_faults_run_at_once_give_the_rows_of_one_at_a_time(tmp_path):
+    """``jobs=2``: two faults' gates in two spawned processes at once; the
+    rows, in the faults' order, are those of one at a time."""
+    names = ["size_off_by_one", "dup_overwrite", "leaky_close"]
+    key = lambda r: (r["name"], r["caught"], r["caught_by"], r["campaign"], r["violated"],  # noqa: E731
+                     r["expected_detection"]["shrunk_steps"])
+    both = mutation.run_mutants(faults(names), "tiny", report_dir=tmp_path, campaigns=CORE, concurrency="off",
+                                isolate=True, jobs=2)
+    one = mutation.run_mutants(faults(names), "tiny", campaigns=CORE, concurrency="off")
+    assert [key(r) for r in both.rows] == [key(r) for r in one.rows] and [r["name"] for r in both.rows] == names
+    assert all(not r["errors"] for r in both.rows), both.rows
+    with pytest.raises(ValueError, match="jobs must be >= 1"):
+        mutation.run_mutants(faults(names), "tiny", jobs=0)
 
 
 def test_the_unmodified_control_is_not_caught(tmp_path):
