@@ -448,6 +448,8 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             res.completed = True
         except PropertyViolation as exc:
             shrink_used = counters["examples"] - counters.get("failed_examples", counters["examples"])
+            if campaign.mode == "lockstep" and shrink_used >= gp.shrink_examples:
+                exc = delete_steps(make_machine(config), exc, counters)  # the budget cut shrinking: drop no-ops
             res.violations.append(Violation(exc.prop, exc.message, campaign.name, round_,
                                             [s.to_json() for s in exc.steps],
                                             {**config_to_json(config), **({"promises": True} if campaign.mode ==
@@ -477,6 +479,66 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
             break
     res.seconds = time.monotonic() - t0
     return res
+
+
+def _replay_calls(machine_cls: Any, calls: list[dict[str, Any]]) -> PropertyViolation | None:
+    """Run ``calls`` (after the session's own set-up) on a fresh machine's
+    session, close it; the violation raised, or None."""
+    from ..lockstep.session import Call  # noqa: PLC0415
+
+    m = machine_cls()
+    try:
+        if getattr(m, "session", None) is None and hasattr(m, "open_store"):
+            m.open_store()
+        for c in calls:
+            m.session.execute(Call.from_json(c))
+        m.teardown()
+    except PropertyViolation as exc:
+        return exc
+    except Exception:  # noqa: BLE001 - not a trace the session can run (a call names a handle never put)
+        return None
+    finally:
+        if getattr(m, "session", None) is not None and not getattr(m.session, "closed", True):
+            try:
+                m.session.close()
+            except PropertyViolation:
+                pass
+    return None
+
+
+def delete_steps(machine_cls: Any, exc: PropertyViolation, counters: dict[str, Any] | None = None
+                 ) -> PropertyViolation:
+    """A lockstep counterexample with the steps it does not need deleted:
+    from the last step to the first, each is dropped when the trace without
+    it still breaks the same property with the same cause (on a fresh
+    session of the same machine, so the new trace is a real run).  Runs when
+    the profile's shrink budget cut Hypothesis's shrinking short (a trace
+    Hypothesis shrank to the end has no such step); one replay per step, a
+    count of work, so the result does not depend on the machine's speed.
+    ``counters["deleted_steps"]`` counts the steps dropped.  Returns the
+    violation of the shortest trace found (``exc`` when none was dropped)."""
+    setup = 0
+    probe = machine_cls()
+    try:
+        if getattr(probe, "session", None) is None and hasattr(probe, "open_store"):
+            probe.open_store()
+        setup = len(getattr(probe.session, "trace", []))
+    finally:
+        try:
+            probe.teardown()
+        except PropertyViolation:
+            pass
+    steps = [s.to_json() for s in exc.steps]
+    calls = [{"process": s["process"], "action": s["action"], "args": s["args"]}
+             for s in steps[setup:] if s["action"] != "close"]
+    best, dropped = exc, 0
+    for i in reversed(range(len(calls) - 1)):  # the failing (last) call stays
+        again = _replay_calls(machine_cls, calls[:i] + calls[i + 1:])
+        if again is not None and again.prop == exc.prop and again.cause == exc.cause:
+            calls, best, dropped = calls[:i] + calls[i + 1:], again, dropped + 1
+    if counters is not None:
+        counters["deleted_steps"] = dropped
+    return best
 
 
 class _ShrinkClock:

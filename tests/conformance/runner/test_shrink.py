@@ -73,3 +73,29 @@ def test_the_engine_is_given_back_its_clock():
         clock.counters = {"examples": 12}
         assert engine.time.perf_counter() == 12.0 and engine.time.sleep is time.sleep
     assert (engine.time, engine.MAX_SHRINKING_SECONDS) == before
+
+
+def test_a_cut_shrink_has_its_unneeded_steps_deleted(early_free, quiet, monkeypatch):
+    """With shrinking cut by the budget, :func:`gate.delete_steps` drops each
+    step the trace does not need (replayed on a fresh session: the shorter
+    trace is a real run); the result is the same every run, and no single
+    step of it can go.  Without the pass, a cut trace keeps such steps."""
+    monkeypatch.setitem(gate.GATE_PROFILES, "ci", replace(gate.GATE_PROFILES["ci"], shrink_examples=3))
+    cut = _first(*early_free)
+    assert cut.shrink_complete is False and cut.property == quiet.property
+    assert _first(*early_free).steps == cut.steps  # deterministic
+    monkeypatch.setattr(gate, "delete_steps", lambda machine, exc, counters=None: exc)
+    kept = _first(*early_free)
+    assert len(kept.steps) > len(cut.steps), ([s["action"] for s in kept.steps],
+                                                                       [s["action"] for s in cut.steps])
+    # no single step of the deleted trace can go (the pass ran to its end)
+    from shmspec.conformance.lockstep.machine import machine_for
+    from shmspec.conformance.core.config import config_from_json
+
+    target, core = early_free
+    machine = machine_for(target, core[0], config_from_json(cut.config))
+    calls = [{"process": s["process"], "action": s["action"], "args": s["args"]} for s in cut.steps[2:]
+             if s["action"] != "close"]
+    for i in range(len(calls) - 1):
+        again = gate._replay_calls(machine, calls[:i] + calls[i + 1:])
+        assert again is None or (again.prop, again.cause) != (cut.property, cut.exc.cause), i
