@@ -111,6 +111,7 @@ class Violation:
             "steps": self.steps,
             "shrink_complete": self.shrink_complete,
             "shrink_examples": self.shrink_examples,
+            "reproducible": self.concurrency != "free",
             "occurrence": self.occurrence,
             "cause": getattr(self.exc, "cause", None),
             "action": getattr(self.exc, "action", None) or None,

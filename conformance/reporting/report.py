@@ -262,7 +262,9 @@ def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = 
     head = Text.assemble((f"{v.property}", f"bold {colour}"), f"  {descriptions.get(v.property, '')}{again}\n",
                          (v.message, colour),
                          f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
-                         + (f"{len(v.steps)} operations of the handle's history" if v.concurrency == "free"
+                         + (f"{len(v.steps)} operations of the handle's history (the interleaving was the "
+                            "operating system's: a re-run of the same seed and load may not recur, and is not "
+                            "shrunk)" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"
                             else f"{len(v.steps)} steps of a fixed fault scenario" if v.concurrency == "faults"
                             else f"{len(v.steps)} steps of a fixed two-thread schedule" if v.concurrency == "threads"
