@@ -32,7 +32,6 @@ from __future__ import annotations
 
 import argparse
 import datetime as _dt
-import json
 import os
 import signal
 import sys
@@ -45,6 +44,8 @@ from rich.progress import BarColumn, Progress, SpinnerColumn, TextColumn, TimeEl
 
 import shmspec
 
+from .commands.finish import prepare_report_dir as _prepare_report_dir  # the old private name, kept
+from .commands.finish import report_and_judge
 from .core import interrupt
 from .core.constructions import MAX_READERS, START_METHODS
 from .core.errors import ExitCode
@@ -271,22 +272,6 @@ def _terminate_as_interrupt(signum, frame):  # noqa: ARG001 - signal handler sig
     raise KeyboardInterrupt(f"signal {signum}")
 
 
-def _prepare_report_dir(path: Path) -> str | None:
-    """Create ``path`` before the run (an unusable directory is found before
-    minutes of work, not after) and drop a previous run's files.  Returns an
-    error message or None."""
-    try:
-        path.mkdir(parents=True, exist_ok=True)
-        for name in ("report.json", "report.html", "repro_test.py"):
-            (path / name).unlink(missing_ok=True)
-        probe = path / ".shmspec-write-test"
-        probe.write_text("")
-        probe.unlink()
-    except OSError as exc:
-        return f"cannot write the report to {path}: {exc.strerror or exc}"
-    return None
-
-
 def check(args: argparse.Namespace) -> int:
     """``shmspec check``; SIGTERM (a CI job cancelled) and Ctrl-C stop the run
     with every worker process stopped and every segment unlinked (exit 130)."""
@@ -370,72 +355,8 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     interrupt.check()  # a signal whose KeyboardInterrupt was swallowed: no report, no verdict
     source = str(target.source) if target.source else None
-    return _report_and_judge(console, err, args, result, report_dir, started, source, baseline)
-
-
-def _report_and_judge(console: Console, err: Console, args: argparse.Namespace, result: Any, report_dir: Path,
-                      started: str, source: str | None, baseline: Any) -> int:
-    """Write the report (and ``--junit``, ``--write-baseline``, the GitHub
-    step summary), print the console report, the baseline's lines and the
-    verdict line last; return the exit status (``check`` and ``merge``)."""
-    from .core.errors import UsageError
-    from .reporting import outcomes as judged
-    from .reporting.report import render_console, verdict_line
-
-    try:
-        outcomes = judged.judge_and_report(result, report_dir, started, source, baseline)
-        if args.junit is not None:
-            args.junit.write_text(judged.junit_xml(result, outcomes, report_dir,
-                                                   baseline.source if baseline else None))
-        if args.write_baseline is not None:
-            args.write_baseline.write_text(json.dumps(judged.baseline_json(result), indent=2) + "\n")
-        if os.environ.get("GITHUB_STEP_SUMMARY"):  # a GitHub Actions job: its summary page
-            with open(os.environ["GITHUB_STEP_SUMMARY"], "a") as f:
-                f.write(judged.step_summary(result, outcomes, report_dir))
-    except UsageError as exc:  # a baseline of another protocol
-        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_ERROR
-    except OSError as exc:
-        err.print(f"shmspec: error: cannot write the report: {exc}", markup=False, highlight=False, soft_wrap=True)
-        return EXIT_ERROR
-    block = judged.summary_json(outcomes, baseline, result) if baseline is not None else None
-    render_console(console, result, report_dir, verdict=False)
-    if block is not None:
-        for line in judged.baseline_lines(block, result):
-            console.print(line, markup=False, highlight=False, soft_wrap=True)
-    for o in outcomes:
-        for f in o.findings:
-            if f["status"] == "excused":
-                console.print(f"excused by the contract: {f['violation']} {f['fingerprint']} ({f['reason']})",
-                              markup=False, highlight=False, soft_wrap=True)
-    for flag, path in (("junit", args.junit), ("baseline", args.write_baseline)):
-        if path is not None:
-            console.print(f"wrote {flag}: {path}", markup=False, highlight=False)
-    status = _check_status(result, outcomes)
-    verdict = result.verdict if status == EXIT_PASS and result.verdict != "fail" else _STATUS_VERDICT[status]
-    detail = f"{len(result.violations)} violation(s)"
-    if block is not None and result.violations:
-        n_new = len(block["findings"]["new"])
-        detail += f", {n_new} new to the baseline" if n_new else ", none new to the baseline"
-    elif any(f["status"] == "excused" for o in outcomes for f in o.findings) and status != EXIT_FAIL:
-        detail += ", excused by the contract"
-    console.print(verdict_line(verdict, f"{detail}, {result.seconds:.1f}s", report_dir), soft_wrap=True)
-    return status
-
-
-_STATUS_VERDICT = {EXIT_PASS: "pass", EXIT_FAIL: "fail", EXIT_ERROR: "error", EXIT_UNKNOWN: "unknown"}
-
-
-def _check_status(result: Any, outcomes: list) -> int:
-    """The exit status, as the verdict (GateResult.verdict), known findings
-    aside: a new one, then a crashed campaign, then a budget that ran out."""
-    if any(o.status == "failed" for o in outcomes):
-        return EXIT_FAIL
-    if any(c.error for c in result.campaigns):
-        return EXIT_ERROR
-    if any(c.unknown for c in result.campaigns):
-        return EXIT_UNKNOWN
-    return EXIT_PASS
+    return report_and_judge(console, err, result, report_dir, started, source, baseline,
+                            junit=args.junit, write_baseline=args.write_baseline)
 
 
 def _run_check(api: Any, target: Any, on_progress: Callable, run: dict, err: Console) -> Any:

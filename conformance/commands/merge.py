@@ -24,6 +24,7 @@ from typing import Any
 from rich.console import Console
 
 from ..core.errors import ExitCode, UsageError
+from .finish import prepare_report_dir, report_and_judge
 
 SCHEMA = "shmspec.report/1"
 
@@ -82,7 +83,6 @@ def merge_reports(paths: list[Path]) -> tuple[Any, str | None, str | None]:
 
 def main(args: Any, console: Console, err: Console) -> int:
     """The ``shmspec merge`` command (``args`` from cli.py's parser)."""
-    from .. import cli
     from ..reporting import outcomes as judged
     from ..reporting.report import default_report_dir
 
@@ -93,7 +93,7 @@ def main(args: Any, console: Console, err: Console) -> int:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
     report_dir = args.report_dir or default_report_dir("merge-" + result.target.rsplit("/", 1)[-1])
-    problem = cli._prepare_report_dir(report_dir)
+    problem = prepare_report_dir(report_dir)
     if problem:
         err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
@@ -101,7 +101,8 @@ def main(args: Any, console: Console, err: Console) -> int:
     console.print(f"merged {len(args.reports)} shard report(s) of {result.target}: seed units "
                   f"{result.units}, seeds {', '.join(map(str, result.seeds or (result.seed,)))}",
                   markup=False, highlight=False, soft_wrap=True)
-    return cli._report_and_judge(console, err, args, result, report_dir, started, source, baseline)
+    return report_and_judge(console, err, result, report_dir, started, source, baseline, junit=args.junit,
+                            write_baseline=args.write_baseline)
 
 
 __all__ = ["load_shard", "main", "merge_reports"]
