@@ -368,7 +368,7 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
             on_progress(campaign.name, i, len(campaigns))
         steps_before = sum(r.steps for r in results)
         failed = frozenset(v.property for r in results for v in r.violations)
-        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced, found, failed)
+        res = _run_campaign(target, campaign, gp, seed, config, concurrency, raced, found, failed, stop_at)
         _rebase_detection(res, t0, steps_before)
         results.append(res)
         if campaign.mode == "preemption":
@@ -386,16 +386,18 @@ def _run_campaigns(target, campaigns, gp, seed, config, concurrency, raced, resu
 
 def _run_campaign(target: Any, campaign: CampaignLike, gp: GateProfile, seed: int, base: SessionConfig,
                   concurrency: str = "off", raced: set[str] | frozenset[str] = frozenset(),
-                  found: Findings | None = None, failed: frozenset[str] = frozenset()) -> CampaignResult:
+                  found: Findings | None = None, failed: frozenset[str] = frozenset(),
+                  stop_at: frozenset[str] | None = None) -> CampaignResult:
     """One campaign, run by the target's protocol; ``ctx.run_rounds`` is
-    :func:`_run_rounds` bound to this campaign."""
+    :func:`_run_rounds` bound to this campaign (it ends at a finding of a
+    ``stop_at`` property: no further round)."""
     res = CampaignResult(campaign.name, sorted(campaign.checks), campaign.mode)
     found = found if found is not None else Findings(gp.distinct)
 
     def run_rounds(res: CampaignResult, make_machine: Callable, max_examples: int, step_count: int,
                    base: SessionConfig | None = None, fresh_findings: bool = False) -> CampaignResult:
         return _run_rounds(target, campaign, gp, seed, ctx.config if base is None else base, res, make_machine,
-                           max_examples, step_count, Findings() if fresh_findings else found)
+                           max_examples, step_count, Findings() if fresh_findings else found, stop_at)
 
     ctx = CampaignContext(target, gp, seed, base, concurrency, frozenset(raced), failed, found, run_rounds)
     return protocol_of(target).run_campaign(ctx, campaign, res)
@@ -412,7 +414,7 @@ def _rebase_detection(res: CampaignResult, t0: float, steps_before: int) -> None
 
 
 def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_examples, step_count,
-                found: Findings) -> CampaignResult:
+                found: Findings, stop_at: frozenset[str] | None = None) -> CampaignResult:
     """Rounds of one campaign, each carried past the findings before it: a
     new property's finding takes one of ``gp.rounds``, a distinct finding of a
     property already found takes none (``found``'s budget bounds those)."""
@@ -475,7 +477,7 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
                 entry = res.rates.setdefault("client_deviations", {}).setdefault(
                     d["rule"], {"count": 0, "property": d["property"], "first": d["message"]})
                 entry["count"] += 1
-        if res.completed or res.error:
+        if res.completed or res.error or (stop_at and any(v.property in stop_at for v in res.violations)):
             break
     res.seconds = time.monotonic() - t0
     return res

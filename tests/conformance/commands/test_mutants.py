@@ -136,11 +136,12 @@ def test_a_faults_gate_stops_at_the_first_finding_of_its_property():
     stopped = run_gate(load_file(str(fault.path)), "tiny", 0, campaigns=two, concurrency="off",
                        stop_at=frozenset({"DUP"}))
     core, stale = stopped.campaigns
-    assert core.completed and "DUP" in {v.property for v in core.violations}
+    assert "DUP" in {v.property for v in core.violations} and not core.completed  # no round after the finding
     assert not stale.completed and stale.examples == 0 and stale.skipped == (
         "not run: the gate stopped at the first finding of DUP (campaign core)")
     full = mutation.run_fault(fault, "tiny", campaigns=two, concurrency="off", full=True)
     assert [c.completed for c in full.result.campaigns] == [True, True] and full.caught
+    assert full.result.campaigns[0].examples > core.examples  # the stopped campaign ran fewer rounds
     assert mutation.run_fault(fault, "tiny", campaigns=two, concurrency="off").result.campaigns[1].skipped
 
 
