@@ -95,7 +95,7 @@ GATE_PROFILES: dict[str, GateProfile] = {
     # a push's first look (docs/gate.md#gate-profiles---profile): the lockstep campaigns only,
     # few short examples, one round per campaign (and its properties established past
     # CONFORMANCE), a small shrink budget
-    "smoke": GateProfile("smoke", max_examples=25, step_count=20, rounds=1, deterministic=True, final_round=True,
+    "smoke": GateProfile("smoke", max_examples=25, step_count=30, rounds=1, deterministic=True, final_round=True,
                          shrink_examples=40, concurrency="off", scheduled_examples=20, scheduled_steps=20,
                          free_seconds=1.0, construction_seconds=0.5, distinct=0),
     "ci": GateProfile("ci", max_examples=100, step_count=30, rounds=3, deterministic=True, shrink_examples=200,
