@@ -312,6 +312,27 @@ def clear_previous(report_dir: Path) -> list[str]:
     return removed
 
 
+def _start_deferring_signals(cmd: list[str], out: Any, env: dict[str, str]) -> tuple[Any, list[int]]:
+    """``Popen`` the gate with SIGINT and SIGTERM held back until it returns
+    (in the main thread; elsewhere as is): an interrupt that arrived while
+    the process was being started would otherwise leave it running with no
+    handle to stop it (seen under load, 2026-12-04).  Returns the process
+    and the signals that arrived meanwhile, for the caller to act on."""
+    import threading  # noqa: PLC0415
+
+    if threading.current_thread() is not threading.main_thread():
+        return subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env), []
+    got: list[int] = []
+    saved = {sig: signal.signal(sig, lambda signum, frame: got.append(signum))
+             for sig in (signal.SIGINT, signal.SIGTERM)}
+    try:
+        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL, env=env)
+    finally:
+        for sig, handler in saved.items():
+            signal.signal(sig, handler)
+    return proc, got
+
+
 def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concurrency: str | None,
              env: dict[str, str] | None = None, writer_lock: bool = False,
              columns: tuple[str, ...] = COLUMNS) -> dict[str, Any]:
@@ -339,9 +360,14 @@ def run_cell(target: str, cell_dir: Path, profile: str, seed: int | None, concur
     log = cell_dir / "check.log"
     t0 = time.monotonic()
     with open(log, "w") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                                env={**os.environ, "COLUMNS": "140", **(env or {})})
+        proc, deferred = _start_deferring_signals(cmd, out, {**os.environ, "COLUMNS": "140", **(env or {})})
         try:
+            if deferred:  # Ctrl-C or SIGTERM while the gate was being started: now it can be stopped
+                handler = signal.getsignal(deferred[0])
+                if callable(handler):
+                    handler(deferred[0], None)  # Python's SIGINT handler, or the CLI's: KeyboardInterrupt
+                elif handler != signal.SIG_IGN:
+                    raise KeyboardInterrupt(f"signal {deferred[0]}")
             code = proc.wait()
         except BaseException:
             if proc.poll() is None:

@@ -509,6 +509,16 @@ def test_interrupted_cell_stops_its_gate(tmp_path, monkeypatch):
         matrix.run_cell("impl", tmp_path / "cell2", "ci", None, None)
 
 
+def test_an_interrupt_while_the_gate_starts_stops_it(tmp_path):
+    """Regression (the CI run of 2026-12-04, under load): a Ctrl-C that lands
+    while ``Popen`` is still returning must stop the gate too (it used to be
+    left running, with no handle to SIGTERM it)."""
+    driver = Path(__file__).with_name("interrupt_during_start.py")
+    p = subprocess.run([sys.executable, str(driver), str(tmp_path / "run")], capture_output=True, text=True,
+                       timeout=120)
+    assert p.returncode == 0 and "interrupted; child got SIGTERM: True" in p.stdout, (p.stdout, p.stderr)
+
+
 def _slot_wheel(members: dict[str, bytes]) -> bytes:
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w", zipfile.ZIP_DEFLATED) as zf:
