@@ -410,16 +410,14 @@ def model(args: argparse.Namespace) -> int:
     from .reporting.report import default_report_dir
     from .spec.tlc import TlcError
 
+    from .core.config import count_or_auto
+    from .core.errors import UsageError
+
     console, err = _stdout_console(), Console(stderr=True)
-    workers = (os.cpu_count() or 1) if args.workers == "auto" else args.workers
-    if not str(workers).isdigit() or int(workers) < 1:
-        err.print(f"shmspec: error: --workers takes N >= 1 or auto, not {args.workers!r}", markup=False,
-                  highlight=False, soft_wrap=True)
-        return EXIT_ERROR
-    jobs = (os.cpu_count() or 1) if args.jobs == "auto" else args.jobs
-    if not str(jobs).isdigit() or int(jobs) < 1:
-        err.print(f"shmspec: error: --jobs takes N >= 1 or auto, not {args.jobs!r}", markup=False,
-                  highlight=False, soft_wrap=True)
+    try:
+        workers, jobs = count_or_auto(args.workers, "--workers"), count_or_auto(args.jobs, "--jobs")
+    except UsageError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     report_dir = args.report_dir or default_report_dir("model-deep" if args.deep else "model")
     problem = _prepare_report_dir(report_dir)
@@ -427,14 +425,14 @@ def model(args: argparse.Namespace) -> int:
         err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR
     if getattr(args, "protocol", "ringbuffer") != "ringbuffer":
-        return _model_slots(args, console, err, report_dir, int(workers))
+        return _model_slots(args, console, err, report_dir, workers)
     agree = not args.deep if args.agreement is None else args.agreement
     try:
         with err.status("running TLC") as status:
             outcomes = modelcheck.run(args.tla_dir, args.config, deep=args.deep, agree=agree,
                                       on_config=lambda name: status.update(f"TLC and the model on {name}"),
                                       target=_canonical_target(args.target) if args.target else None,
-                                      workers=int(workers), jobs=int(jobs))
+                                      workers=workers, jobs=jobs)
     except (TlcError, TargetError, ValueError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return EXIT_ERROR

@@ -24,7 +24,6 @@ own gate report going to ``<report dir>/<fault name>/``.
 
 from __future__ import annotations
 
-import os
 import statistics
 import threading
 import time
@@ -423,12 +422,14 @@ def main(args, console, err) -> int:
             t.add_row(f.name, f.expected, f.summary + (f" (caught in the {f.construction} construction)" if f.construction else ""))
         console.print(t)
         return ExitCode.PASS
-    jobs_arg = getattr(args, "jobs", "1")
-    if jobs_arg != "auto" and (not str(jobs_arg).isdigit() or int(jobs_arg) < 1):
-        err.print(f"shmspec: error: --jobs takes N >= 1 or auto, not {jobs_arg!r}", markup=False, highlight=False,
-                  soft_wrap=True)
+    from ..core.config import count_or_auto
+    from ..core.errors import UsageError
+
+    try:
+        jobs = count_or_auto(getattr(args, "jobs", "1"), "--jobs")
+    except UsageError as exc:
+        err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
-    jobs = (os.cpu_count() or 1) if jobs_arg == "auto" else int(jobs_arg)
     report_dir = args.report_dir or default_report_dir("mutants")
     try:
         report_dir.mkdir(parents=True, exist_ok=True)

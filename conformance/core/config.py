@@ -74,3 +74,20 @@ _config_json = config_to_json  # the name before the layered packages (9a6edc8, 
 
 
 __all__ = ["SessionConfig", "config_from_json", "config_to_json"]
+
+
+def count_or_auto(value: Any, flag: str) -> int:
+    """A ``--jobs``/``--workers`` value: ``N >= 1``, or ``auto`` (one per core).
+
+    Raises:
+        UsageError: anything else (the one-line CLI error).
+    """
+    import os  # noqa: PLC0415
+
+    from .errors import UsageError  # noqa: PLC0415
+
+    if value == "auto":
+        return os.cpu_count() or 1
+    if not str(value).isdigit() or int(value) < 1:
+        raise UsageError(f"{flag} takes N >= 1 or auto, not {value!r}")
+    return int(value)
