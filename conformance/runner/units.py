@@ -191,21 +191,11 @@ def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tupl
         for c in r.campaigns:
             for v in c.violations:
                 v.seed = seed
-            m = merged.get(c.name)
-            if m is None:
-                merged[c.name] = m = replace(c, violations=[], rates=dict(c.rates), not_claimed=dict(c.not_claimed),
-                                             examples=0, steps=0, seconds=0.0, completed=True, error=None,
-                                             unknown=None, skipped=c.skipped)
+            if c.name not in merged:
+                merged[c.name] = _empty(c, dict(c.rates))
                 if c.name not in order:
                     order.append(c.name)
-            m.examples += c.examples
-            m.steps += c.steps
-            m.seconds += c.seconds
-            m.completed = m.completed and c.completed
-            m.error = m.error or (f"seed {seed}: {c.error}" if c.error else None)
-            m.unknown = m.unknown or (f"seed {seed}: {c.unknown}" if c.unknown else None)
-            m.skipped = m.skipped if c.skipped else None
-            m.not_claimed.update(c.not_claimed)
+            m = _add(merged[c.name], c, f"seed {seed}: ")
             for rule, d in c.rates.get("client_deviations", {}).items() if r is not first else ():
                 entry = m.rates.setdefault("client_deviations", {}).setdefault(rule, {**d, "count": 0})
                 entry["count"] += d["count"]
@@ -219,6 +209,28 @@ def merge(parts: list[tuple[int, GateResult | str]], seconds: float, shard: tupl
         campaigns.append(CampaignResult(f"seed {seed}", [], "unit", error=str(why)))
     return replace(first, campaigns=campaigns, seconds=seconds, seeds=tuple(s for s, _ in parts), shard=shard,
                    workers=workers, units=units)
+
+
+def _empty(c: CampaignResult, rates: dict[str, Any]) -> CampaignResult:
+    """A campaign to sum units' (or shards') runs of ``c`` into."""
+    return replace(c, violations=[], rates=rates, not_claimed=dict(c.not_claimed), examples=0, steps=0,
+                   seconds=0.0, completed=True, error=None, unknown=None, skipped=c.skipped)
+
+
+def _add(m: CampaignResult, c: CampaignResult, prefix: str = "") -> CampaignResult:
+    """Sum one run of a campaign into ``m`` (:func:`merge`, :func:`merge_shards`):
+    counts and seconds added, completed only if every run completed, the
+    first error and unknown (``prefix`` + text), skipped only if every run
+    was; returns ``m``.  Violations and rates are the caller's."""
+    m.examples += c.examples
+    m.steps += c.steps
+    m.seconds += c.seconds
+    m.completed = m.completed and c.completed
+    m.error = m.error or (f"{prefix}{c.error}" if c.error else None)
+    m.unknown = m.unknown or (f"{prefix}{c.unknown}" if c.unknown else None)
+    m.skipped = m.skipped if c.skipped else None
+    m.not_claimed.update(c.not_claimed)
+    return m
 
 
 def _unit_key(v: Any) -> tuple[str, str]:
@@ -274,19 +286,7 @@ def merge_shards(shards: list[GateResult]) -> GateResult:
     for r in sorted(shards, key=lambda r: r.shard or (1, 1)):
         low = min((unit_of.get(s, first.units) for s in r.seeds or (r.seed,)), default=0)
         for c in r.campaigns:
-            m = merged.get(c.name)
-            if m is None:
-                merged[c.name] = m = replace(c, violations=[], rates={}, not_claimed=dict(c.not_claimed),
-                                             examples=0, steps=0, seconds=0.0, completed=True, error=None,
-                                             unknown=None, skipped=c.skipped)
-            m.examples += c.examples
-            m.steps += c.steps
-            m.seconds += c.seconds
-            m.completed = m.completed and c.completed
-            m.error = m.error or c.error
-            m.unknown = m.unknown or c.unknown
-            m.skipped = m.skipped if c.skipped else None
-            m.not_claimed.update(c.not_claimed)
+            _add(merged.setdefault(c.name, _empty(c, {})), c)  # a shard's errors already name their seed
             if c.name not in lowest or low < lowest[c.name]:  # rates: the first unit's (the lowest unit's shard)
                 lowest[c.name], first_rates[c.name] = low, dict(c.rates)
             for v in c.violations:
