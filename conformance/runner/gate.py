@@ -483,15 +483,23 @@ def _run_rounds(target, campaign, gp, seed, base, res, make_machine, max_example
     return res
 
 
+def _opened(machine_cls: Any) -> Any:
+    """A machine of ``machine_cls`` with its session open (the ring buffer's
+    opens it in an ``@initialize`` rule, the slot stores' in ``__init__``)."""
+    m = machine_cls()
+    if getattr(m, "session", None) is None and hasattr(m, "open_store"):
+        m.open_store()
+    return m
+
+
 def _replay_calls(machine_cls: Any, calls: list[dict[str, Any]]) -> PropertyViolation | None:
     """Run ``calls`` (after the session's own set-up) on a fresh machine's
     session, close it; the violation raised, or None."""
     from ..lockstep.session import Call  # noqa: PLC0415
 
-    m = machine_cls()
+    m = None
     try:
-        if getattr(m, "session", None) is None and hasattr(m, "open_store"):
-            m.open_store()
+        m = _opened(machine_cls)
         for c in calls:
             m.session.execute(Call.from_json(c))
         m.teardown()
@@ -500,7 +508,7 @@ def _replay_calls(machine_cls: Any, calls: list[dict[str, Any]]) -> PropertyViol
     except Exception:  # noqa: BLE001 - not a trace the session can run (a call names a handle never put)
         return None
     finally:
-        if getattr(m, "session", None) is not None and not getattr(m.session, "closed", True):
+        if m is not None and getattr(m, "session", None) is not None and not getattr(m.session, "closed", True):
             try:
                 m.session.close()
             except PropertyViolation:
@@ -519,11 +527,8 @@ def delete_steps(machine_cls: Any, exc: PropertyViolation, counters: dict[str, A
     count of work, so the result does not depend on the machine's speed.
     ``counters["deleted_steps"]`` counts the steps dropped.  Returns the
     violation of the shortest trace found (``exc`` when none was dropped)."""
-    setup = 0
-    probe = machine_cls()
+    probe = _opened(machine_cls)
     try:
-        if getattr(probe, "session", None) is None and hasattr(probe, "open_store"):
-            probe.open_store()
         setup = len(getattr(probe.session, "trace", []))
     finally:
         try:
