@@ -12,6 +12,9 @@ from pathlib import Path
 
 from shmspec.conformance.commands import matrix
 
+# Ctrl-C as a terminal delivers it, whatever this process inherited (a shell
+# starting the suite in the background leaves SIGINT ignored)
+signal.signal(signal.SIGINT, signal.default_int_handler)
 tmp = Path(sys.argv[1])
 tmp.mkdir(exist_ok=True)
 child = tmp / "gate.py"

@@ -477,6 +477,9 @@ def test_interrupted_cell_stops_its_gate(tmp_path, monkeypatch):
         from shmspec.conformance.commands import matrix
         tmp = Path({str(tmp_path)!r})
         matrix.GATE_COMMAND = [sys.executable, {str(child)!r}]
+        # Ctrl-C as a terminal delivers it, whatever this process inherited: a shell
+        # starting the suite in the background (`cmd &`) leaves SIGINT ignored
+        signal.signal(signal.SIGINT, signal.default_int_handler)
         def interrupt_when_started():
             # only once the gate has its SIGTERM handler (a loaded machine can
             # be slow to start it); never otherwise, so the failure says so
