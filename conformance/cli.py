@@ -82,6 +82,13 @@ def build_parser() -> argparse.ArgumentParser:
                         "profile's: 1, deep 8); findings merged, docs/gate.md#seed-units")
     c.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run the seed units in N parallel processes (default 1; the findings do not depend on N)")
+    c.add_argument("--executor", default="local", choices=("local", "ray"),
+                   help="where the seed units run: local (this machine's processes, --workers at a time; default) "
+                        "or ray (a Ray task each, in a fresh process on its node; the ray extra); same seeds, "
+                        "same findings; docs/gate.md#ray")
+    c.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --executor ray: the cluster (host:port, or auto); default: start Ray on this "
+                        "machine for the run")
     c.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the seed units (CI jobs splitting a deep run; needs --seed "
                         "on dev and deep)")
@@ -313,6 +320,9 @@ def _check(args: argparse.Namespace) -> int:
     try:  # a bad baseline or unit setting is found before minutes of work
         api.validate_units(args.profile, args.seed, args.seeds, args.workers, args.shard, args.example_db,
                            args.contract)
+        from .runner import executors
+
+        executors.make(args.executor, args.address)  # ray missing: said before the target is fetched
         baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
@@ -337,7 +347,8 @@ def _check(args: argparse.Namespace) -> int:
         return EXIT_ERROR
     run = dict(profile=args.profile, seed=args.seed, concurrency=args.concurrency, writer_lock=args.writer_lock,
                start_method=args.start_method, readers=args.readers, seeds=args.seeds, workers=args.workers,
-               shard=args.shard, example_db=args.example_db, contract=args.contract)
+               shard=args.shard, example_db=args.example_db, contract=args.contract, executor=args.executor,
+               address=args.address)
     if err.is_terminal:  # a bar that redraws itself
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,

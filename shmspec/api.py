@@ -33,7 +33,8 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
           readers: int = 2, report_dir: str | Path | None = None,
           on_progress: Callable[[str, int, int], None] | None = None, seeds: int | None = None,
           workers: int = 1, shard: "str | tuple[int, int] | None" = None,
-          example_db: str | None = None, contract: "str | Path | Any | None" = None) -> GateResult:
+          example_db: str | None = None, contract: "str | Path | Any | None" = None,
+          executor: Any = "local", address: str | None = None) -> GateResult:
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
@@ -62,6 +63,11 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             :class:`~shmspec.conformance.core.contract.Contract`; ``None``:
             the one the target module declares (``SHMSPEC_CONTRACT``), else
             its model profile's (docs/ci.md#contracts).
+        executor: where the seed units run: ``"local"`` (this machine's
+            processes, ``workers`` at a time), ``"ray"`` (a Ray cluster's
+            tasks, at ``address``; None starts one on this machine for the
+            run) or a :class:`~shmspec.conformance.runner.executors.RayExecutor`;
+            the same seeds give the same findings on either (docs/gate.md#ray).
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
@@ -70,7 +76,9 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         UsageError: an unknown profile, concurrency mode or start method,
             ``readers`` outside 1..4, ``seeds``/``workers`` below 1, a bad
             ``shard`` or ``example_db``, a shard without ``seed`` on a
-            random-seed profile, an invalid contract.
+            random-seed profile, an invalid contract, an unknown executor,
+            ``address`` without ray, ray not installed or its cluster not
+            reachable.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
     from shmspec.conformance import protocols
@@ -88,6 +96,9 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
         raise UsageError(f"unknown concurrency {concurrency!r} (choose from {', '.join(known)})")
     shard = validate_units(profile, seed, seeds, workers, shard, example_db,
                            contract if isinstance(contract, (str, Path)) else None)
+    from shmspec.conformance.runner import executors
+
+    runner = executors.make(executor, address)
     loaded = protocols.load(target) if isinstance(target, str) else target
     protocol = protocols.protocol_of(loaded)
     modes = protocol.concurrency_modes
@@ -103,7 +114,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
     loaded, config, judged_by = _with_contract(loaded, config, contract)
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,
-                      seeds=seeds, workers=workers, shard=shard, example_db=example_db)
+                      seeds=seeds, workers=workers, shard=shard, example_db=example_db, executor=runner)
     if judged_by is not None:
         result.contract = judged_by
         if contract is not None:  # given here, not by the module: a replay must judge by it too (replay_case)

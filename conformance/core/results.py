@@ -192,13 +192,16 @@ class GateResult:
     shard: tuple[int, int] | None = None
     """``(i, n)``: this run was shard i of n (``--shard i/n``)."""
     workers: int = 1
-    """Worker processes the units ran in (``--workers``)."""
+    """Worker processes the units ran in (``--workers``; local executor)."""
     contract: Any = None
     """The :class:`~shmspec.conformance.core.contract.Contract` the target
     was judged by (None: a protocol without declared contracts)."""
     stand_ins: tuple[str, ...] = ()
     """Names of the target file's own project the loader stood in for
     (SGLang's helpers: ``sglang.srt.utils.network.get_open_port``, ...)."""
+    executor: str = "local"
+    """Where the units ran: ``local``, or ``ray (ADDRESS)``
+    (:mod:`~shmspec.conformance.runner.executors`)."""
 
     @classmethod
     def from_report(cls, d: dict[str, Any], registry: tuple[Property, ...] = PROPERTIES,
@@ -220,7 +223,7 @@ class GateResult:
                    d.get("concurrency", "off"), bool(d["construction"].get("writer_lock", False)),
                    Construction.from_json(d["construction"]), d.get("protocol", "ringbuffer"), registry,
                    seeds if int(d.get("units", 1)) > 1 or shard else (), int(d.get("units", 1)), shard,
-                   int(d.get("workers", 1)), contract, tuple(d.get("stand_ins") or ()))
+                   int(d.get("workers", 1)), contract, tuple(d.get("stand_ins") or ()), d.get("executor", "local"))
 
     @property
     def contract_name(self) -> str:
@@ -235,8 +238,9 @@ class GateResult:
         if not self.seeds:
             return str(self.seed)
         shard = f", shard {self.shard[0]}/{self.shard[1]}" if self.shard else ""
-        return (f"{self.seed} ({self.units} seed units{shard}: seeds {', '.join(map(str, self.seeds))}; "
-                f"{self.workers} worker{'s' if self.workers != 1 else ''})")
+        where = (f"{self.workers} worker{'s' if self.workers != 1 else ''}" if self.executor == "local"
+                 else f"on {self.executor}")
+        return f"{self.seed} ({self.units} seed units{shard}: seeds {', '.join(map(str, self.seeds))}; {where})"
 
     @property
     def property_ids(self) -> tuple[str, ...]:

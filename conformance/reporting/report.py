@@ -77,6 +77,7 @@ def report_json(result: GateResult, started: str, target_source: str | None = No
         "units": result.units,
         "shard": f"{result.shard[0]}/{result.shard[1]}" if result.shard else None,
         "workers": result.workers,
+        "executor": result.executor,
         "verdict": result.verdict,
         "started": started,
         "seconds": round(result.seconds, 3),

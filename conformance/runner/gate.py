@@ -247,6 +247,7 @@ def run_gate(
     shard: tuple[int, int] | None = None,
     example_db: str | None = None,
     stop_at: frozenset[str] | None = None,
+    executor: Any = None,
 ) -> GateResult:
     """Run the gate on ``target`` with its store protocol's campaigns
     (:func:`~shmspec.conformance.protocols.protocol_of`).
@@ -264,6 +265,9 @@ def run_gate(
     once a campaign finds one of them, the campaigns after it are not run
     (each recorded as skipped, with why): ``shmspec mutants`` stops a
     fault's gate at the first finding of the property the fault names.
+    ``executor`` (:mod:`.executors`; None: this machine's forked processes)
+    runs the seed units elsewhere, a Ray cluster's tasks: the same seeds
+    give the same findings there (``workers`` then does not apply).
 
     Raises:
         KeyError: unknown gate profile.
@@ -277,9 +281,9 @@ def run_gate(
         raise ValueError("--seeds and --workers must be at least 1")
     if shard is not None and seed is None and not gp.deterministic:
         raise ValueError(f"--shard needs --seed on the {profile} profile: every shard must derive the same seeds")
-    if units > 1 or workers > 1 or shard is not None:
+    if units > 1 or workers > 1 or shard is not None or executor is not None:
         return _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only,
-                               concurrency, units, workers, shard, example_db, stop_at)
+                               concurrency, units, workers, shard, example_db, stop_at, executor)
     global _DATABASE
     saved_db, _DATABASE = _DATABASE, example_database(example_db, profile)
     try:
@@ -290,7 +294,7 @@ def run_gate(
 
 
 def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency, units,
-                    workers, shard, example_db, stop_at=None) -> GateResult:
+                    workers, shard, example_db, stop_at=None, executor=None) -> GateResult:
     from . import units as _units
 
     gp = GATE_PROFILES[profile]
@@ -308,11 +312,32 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
                         seeds=1, workers=1, example_db=example_db, stop_at=stop_at)
 
     t0 = time.monotonic()
-    if on_progress:
-        n = min(workers, len(seeds))
-        on_progress(f"seed units: {len(seeds)} (seeds {', '.join(map(str, seeds))}) on {n} worker{'s' * (n != 1)}",
-                    0, len(seeds))
-    parts = _units.run_units(run_one, seeds, workers, on_progress)
+    if executor is not None:
+        from .executors import Task
+
+        tasks = [Task(f"seed {s}", _unit_task, (target, gp, s, campaigns, config, first_finding_only, concurrency,
+                                                 example_db, stop_at)) for s in seeds]
+        if on_progress:
+            on_progress(f"seed units: {len(seeds)} (seeds {', '.join(map(str, seeds))}) on {executor.describe()}",
+                        0, len(seeds))
+        ended: list[int] = []
+
+        def on_done(i: int, _result: Any) -> None:
+            ended.append(i)
+            if on_progress:
+                on_progress(f"seed unit {len(ended)}/{len(seeds)} ended (seed {seeds[i]})", len(ended), len(seeds))
+
+        def on_notice(text: str) -> None:
+            if on_progress:
+                on_progress(f"seed units: {text}", len(ended), len(seeds))
+
+        parts = executor.map(tasks, on_done, on_notice)
+    else:
+        if on_progress:
+            n = min(workers, len(seeds))
+            on_progress(f"seed units: {len(seeds)} (seeds {', '.join(map(str, seeds))}) on {n} "
+                        f"worker{'s' * (n != 1)}", 0, len(seeds))
+        parts = _units.run_units(run_one, seeds, workers, on_progress)
     if not any(isinstance(p, GateResult) for p in parts):  # no unit reported: an error verdict, never a pass
         protocol = protocol_of(target)
         parts[0] = GateResult(target.spec, target.profile.name, profile, seeds[0],
@@ -321,7 +346,22 @@ def _run_seed_units(target, profile, seed, on_progress, campaigns, config, first
                               registry=protocol.properties)
     result = _units.merge(list(zip(seeds, parts)), time.monotonic() - t0, shard, workers, units)
     result.seed = seed
+    if executor is not None:
+        result.executor, result.workers = executor.describe(), 1
     return result
+
+
+def _unit_task(target, gp: GateProfile, seed, campaigns, config, first_finding_only, concurrency, example_db,
+               stop_at) -> GateResult:
+    """One seed unit as an executor's task (:mod:`.executors`), in a fresh
+    process: the gate at ``seed`` alone, its violations reduced to what
+    travels (:func:`.units._portable`).  ``gp`` travels with it: a profile
+    the caller registered is unknown to a fresh process."""
+    from . import units as _units
+
+    GATE_PROFILES.setdefault(gp.name, gp)
+    return _units._portable(run_gate(target, gp.name, seed, None, campaigns, config, first_finding_only,
+                                     concurrency, seeds=1, workers=1, example_db=example_db, stop_at=stop_at))
 
 
 def _run_gate(target, profile, seed, on_progress, campaigns, config, first_finding_only, concurrency,

@@ -313,7 +313,8 @@ def merge_shards(shards: list[GateResult]) -> GateResult:
             seen.add(key)
     seeds = tuple(sorted({s for r in shards for s in (r.seeds or (r.seed,))}, key=lambda s: unit_of.get(s, 0)))
     return replace(first, campaigns=[merged[n] for n in order], seconds=max(r.seconds for r in shards),
-                   seeds=seeds if first.units > 1 else (), shard=None, workers=max(r.workers for r in shards))
+                   seeds=seeds if first.units > 1 else (), shard=None, workers=max(r.workers for r in shards),
+                   executor=", ".join(dict.fromkeys(r.executor for r in shards)))
 
 
 __all__ = ["merge", "merge_shards", "parse_shard", "run_units", "shard_units", "unit_seed"]

@@ -85,7 +85,7 @@ class LoadedTarget:
     def __reduce__(self):
         # A spawned worker gets the target by its spec and loads it afresh
         # (a module is not picklable); the profile travels as it is.
-        return (_reload, (self.spec, self.profile))
+        return (_reload, (self.spec, self.profile, self.contract))
 
     @property
     def ring_cls(self):
@@ -490,11 +490,14 @@ def fetch_vllm(version: str) -> Path:
     return fetch_store(version)[0]
 
 
-def _reload(spec: str, profile: Profile) -> LoadedTarget:
-    """``load_target(spec)`` with the profile the pickled target had (a
-    spawned worker's copy of the controller's target)."""
+def _reload(spec: str, profile: Profile, contract: Any = None) -> LoadedTarget:
+    """``load_target(spec)`` with the profile and contract the pickled target
+    had (a spawned worker's or an executor task's copy of the controller's
+    target)."""
     t = load_target(spec)
-    return t if t.profile == profile else LoadedTarget(t.spec, t.module, profile, t.source)
+    if t.profile == profile and t.contract == contract:
+        return t
+    return LoadedTarget(t.spec, t.module, profile, t.source, contract)
 
 
 def load_target(spec: "str | LoadedTarget") -> LoadedTarget:
