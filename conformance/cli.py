@@ -59,6 +59,17 @@ class _Parser(argparse.ArgumentParser):
         self.exit(EXIT_ERROR, f"shmspec: error: {message}\n")
 
 
+def _executor_args(p: argparse.ArgumentParser, work: str, local: str) -> None:
+    """``--executor local|ray`` and ``--address ADDR`` (runner/executors.py)."""
+    p.add_argument("--executor", default="local", choices=("local", "ray"),
+                   help=f"where {work} run: local (this machine's processes, {local}; default) or ray (a Ray "
+                        f"task each, in a fresh process on its node; the ray extra); same seeds, same findings; "
+                        f"docs/gate.md#ray")
+    p.add_argument("--address", default=None, metavar="ADDR",
+                   help="with --executor ray: the cluster (host:port, or auto); default: start Ray on this "
+                        "machine for the run")
+
+
 def build_parser() -> argparse.ArgumentParser:
     p = _Parser(prog="shmspec", description="Conformance gate for single-writer / multi-reader shared-memory object stores.",
                 epilog="<reports> in the defaults below: $SHMSPEC_REPORT_DIR, else the source checkout's reports/ "
@@ -82,13 +93,7 @@ def build_parser() -> argparse.ArgumentParser:
                         "profile's: 1, deep 8); findings merged, docs/gate.md#seed-units")
     c.add_argument("--workers", type=int, default=1, metavar="N",
                    help="run the seed units in N parallel processes (default 1; the findings do not depend on N)")
-    c.add_argument("--executor", default="local", choices=("local", "ray"),
-                   help="where the seed units run: local (this machine's processes, --workers at a time; default) "
-                        "or ray (a Ray task each, in a fresh process on its node; the ray extra); same seeds, "
-                        "same findings; docs/gate.md#ray")
-    c.add_argument("--address", default=None, metavar="ADDR",
-                   help="with --executor ray: the cluster (host:port, or auto); default: start Ray on this "
-                        "machine for the run")
+    _executor_args(c, "the seed units", "--workers at a time")
     c.add_argument("--shard", default=None, metavar="I/N",
                    help="run only shard I of N of the seed units (CI jobs splitting a deep run; needs --seed "
                         "on dev and deep)")
@@ -160,6 +165,7 @@ def build_parser() -> argparse.ArgumentParser:
     mu.add_argument("--list", action="store_true", help="list the faults and the property each must be caught by")
     mu.add_argument("--jobs", default="auto", metavar="N",
                     help="faults run at once, each gate in its own process (N or auto: one per core; default auto)")
+    _executor_args(mu, "the faults' gates", "--jobs at a time")
     mu.add_argument("--full", action="store_true",
                     help="run every campaign on every fault (default: a fault's gate stops at the first finding "
                          "of the property it names)")
@@ -172,6 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     mx = sub.add_parser("matrix", help="run the gate on every vLLM release that ships the store, and on impl")
     mx.add_argument("--releases", default="all",
                     help="all (default: every X.Y.Z release from --since), newest, or a comma list X.Y.Z,...")
+    _executor_args(mx, "the cells' gates", "one after the other")
     mx.add_argument("--protocol", default="ringbuffer", choices=("ringbuffer", "arena", "queue"),
                     help="whose store: the object store (default), the slot-flag arena (shm_tensor_arena.py) or "
                          "queue (shm_broadcast.py)")

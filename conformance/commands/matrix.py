@@ -406,6 +406,8 @@ class MatrixResult:
     index_url: str
     rows: list[dict[str, Any]] = field(default_factory=list)
     seconds: float = 0.0
+    executor: str = "local"
+    """Where the cells ran: ``local`` (one after the other) or ``ray (ADDRESS)``."""
 
     def to_json(self) -> dict[str, Any]:
         r = self.resolution
@@ -413,6 +415,7 @@ class MatrixResult:
             **header(SCHEMA, "matrix"),
             "started": self.started,
             "seconds": round(self.seconds, 2),
+            "executor": self.executor,
             "profile": self.profile,
             "concurrency": self.concurrency,
             "seed": self.seed,
@@ -447,13 +450,68 @@ def exit_status(rows: list[dict[str, Any]], errors: list[str]) -> int:
     return ExitCode.PASS
 
 
+_CELL_FILES = ("report.json", "report.html", "repro_test.py", "check.log")
+
+
+def _cell_task(target: str, profile: str, seed: int | None, concurrency: str | None, env: dict[str, str],
+               writer_lock: bool, columns: tuple[str, ...]) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """One cell as an executor's task: :func:`run_cell` in a temporary folder
+    of the node it runs on; the row's gate part and the cell's files."""
+    import tempfile
+
+    with tempfile.TemporaryDirectory(prefix="shmspec-cell-") as tmp:
+        cell = Path(tmp) / "cell"
+        gate = run_cell(target, cell, profile, seed, concurrency, env, writer_lock, columns)
+        files = {n: (cell / n).read_bytes() for n in _CELL_FILES if (cell / n).is_file()}
+    return gate, files
+
+
+def _on_executor(executor, cells: list[tuple], row_of, report_dir: Path, profile: str, seed: int | None,
+                 concurrency: str | None, env: dict[str, str], columns: tuple[str, ...], on_cell, on_done
+                 ) -> list[dict[str, Any]]:
+    """Every cell as a task of ``executor``; the rows in cell order.  A task
+    that ended without a result is an ``error`` cell (the matrix exits 2)."""
+    from ..runner.executors import Task
+
+    tasks = [Task(f"cell {c[0]}", _cell_task, (c[2], profile, seed, concurrency, env, c[6], columns)) for c in cells]
+    for i, c in enumerate(cells):
+        if on_cell:
+            on_cell(i, len(cells), c[0], c[2])
+    rows: dict[int, dict[str, Any]] = {}
+
+    def done(i: int, result: Any) -> None:
+        folder = report_dir / cells[i][5]
+        folder.mkdir(parents=True, exist_ok=True)
+        for name in _CELL_FILES:
+            (folder / name).unlink(missing_ok=True)
+        if isinstance(result, str):
+            (folder / "check.log").write_text(result + "\n")
+            gate = {"verdict": "error", "properties": {p: "not-checked" for p in columns}, "seconds": None,
+                    "wall_seconds": None, "exit_code": None, "error": result}
+        else:
+            gate, files = result
+            for name, data in files.items():
+                (folder / name).write_bytes(data)
+        rows[i] = row_of(cells[i], gate)
+        if on_done:
+            on_done(rows[i])
+
+    executor.map(tasks, done)
+    return [rows[i] for i in range(len(cells))]
+
+
 def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int | None = None,
                concurrency: str | None = None, impl: bool = True, index: str | None = None, started: str = "",
                on_cell: Callable[[int, int, str, str], None] | None = None,
-               on_done: Callable[[dict[str, Any]], None] | None = None) -> MatrixResult:
+               on_done: Callable[[dict[str, Any]], None] | None = None, executor=None) -> MatrixResult:
     """Run each group's gate (and impl's, unless ``impl`` is false) one after
     the other.  ``on_cell(i, total, label, target)`` before each gate,
-    ``on_done(row)`` after it.  Report paths in rows are relative to ``report_dir``."""
+    ``on_done(row)`` after it.  Report paths in rows are relative to ``report_dir``.
+    ``executor`` (:class:`~shmspec.conformance.runner.executors.RayExecutor`):
+    every cell is a task on that cluster at once (each node fetches its
+    releases into its own cache), its report files sent back into the cell's
+    folder; ``on_cell`` is called for every cell as the tasks are submitted,
+    ``on_done`` as each ends; the rows stay in cell order."""
     out = MatrixResult(profile, seed, concurrency, started, res, (index or index_url()).rstrip("/"))
     env = {"SHMSPEC_INDEX_URL": index} if index else {}
     cells: list[tuple[str, list[str], str, str | None, str, str, bool]] = [
@@ -464,25 +522,37 @@ def run_matrix(res: Resolution, report_dir: Path, profile: str = "ci", seed: int
             cells.append((label, ["impl"], target, None, "impl" if mp.name == "ringbuffer" else "slots-0.33",
                           dirname, lock))
     t0 = time.monotonic()
-    for i, (label, versions, target, sha, model_profile, dirname, writer_lock) in enumerate(cells):
-        if on_cell:
-            on_cell(i, len(cells), label, target)
-        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency if mp.name == "ringbuffer" else None,
-                        env, writer_lock, mp.columns)
+    ring = mp.name == "ringbuffer"
+
+    def row_of(cell: tuple, gate: dict[str, Any]) -> dict[str, Any]:
+        label, versions, target, sha, model_profile, dirname, writer_lock = cell
         has_report = (report_dir / dirname / "report.json").is_file()
         row = {"label": label, "releases": list(versions), "target": target, "store_sha256": sha,
                "model_profile": model_profile,
-               "construction": (Construction(writer_lock=writer_lock) if mp.name == "ringbuffer" else
+               "construction": (Construction(writer_lock=writer_lock) if ring else
                                 Construction(False, "one-process")).to_json(), **gate,
                "report": f"{dirname}/report.html" if has_report else None,
                "report_json": f"{dirname}/report.json" if has_report else None,
                "log": f"{dirname}/check.log"}
-        if mp.name != "ringbuffer":  # the fences read from the file, and the model's verdict per store order
+        if not ring:  # the fences read from the file, and the model's verdict per store order
             from ..protocols.slots import fences
 
             source = next((g.source for g in res.groups if g.dirname == dirname), None)
             row["memory_order"] = (fences.memory_order(source, mp.name) if source is not None else
                                    fences.memory_order(None, mp.name, fences.IMPL_FENCES))
+        return row
+
+    if executor is not None:
+        out.executor = executor.describe()
+        out.rows = _on_executor(executor, cells, row_of, report_dir, profile, seed,
+                                concurrency if ring else None, env, mp.columns, on_cell, on_done)
+    for i, cell in enumerate(cells if executor is None else ()):
+        label, _, target, _, _, dirname, writer_lock = cell
+        if on_cell:
+            on_cell(i, len(cells), label, target)
+        gate = run_cell(target, report_dir / dirname, profile, seed, concurrency if ring else None,
+                        env, writer_lock, mp.columns)
+        row = row_of(cell, gate)
         out.rows.append(row)
         if on_done:
             on_done(row)
@@ -608,6 +678,13 @@ def main(args, console, err) -> int:
         err.print(f"shmspec: error: {msg}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
 
+    from ..core.errors import UsageError
+    from ..runner import executors
+
+    try:
+        executor = executors.make(getattr(args, "executor", "local"), getattr(args, "address", None))
+    except UsageError as exc:
+        return fail(str(exc))
     index = args.index_url.rstrip("/") if args.index_url else None
     columns = (SpinnerColumn(), TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
                TimeElapsedColumn())  # a bar only on a terminal: a log gets no blank line from it
@@ -657,7 +734,8 @@ def main(args, console, err) -> int:
                        if row.get("error") and row["verdict"] != "error" else "")
             progress.console.print(Text.assemble(f"{row['label']}: ", (row["verdict"], style),
                                                  f" ({', '.join(bad)})" if bad else "",
-                                                 f" {row['wall_seconds']:.0f} s", (not_run, "magenta")))
+                                                 f" {row['wall_seconds']:.0f} s" if row.get("wall_seconds") is not None
+                                                 else "", (not_run, "magenta")))
             progress.advance(bar)
 
         from ..runner.gate import GATE_PROFILES
@@ -666,7 +744,7 @@ def main(args, console, err) -> int:
         if res.protocol.name != "ringbuffer":
             concurrency = None  # the slot protocols' own (the queue's: its deployed construction too)
         out = run_matrix(res, report_dir, args.profile, args.seed, concurrency, not args.no_impl, index,
-                         started, on_cell, on_done)
+                         started, on_cell, on_done, executor)
     out.seconds = time.monotonic() - t0  # the whole run, fetching included
     path = write_json(out, report_dir)
     write_html(out, report_dir)

@@ -114,6 +114,8 @@ class MutantsResult:
     seconds: float = 0.0
     jobs: int = 1
     full: bool = False
+    executor: str = "local"
+    """Where the faults' gates ran: ``local`` or ``ray (ADDRESS)``."""
 
     @property
     def caught(self) -> int:
@@ -137,6 +139,7 @@ class MutantsResult:
             "started": self.started,
             "seconds": round(self.seconds, 2),
             "jobs": self.jobs,
+            "executor": self.executor,
             "stops_at_first_finding": not self.full,
             "caught": self.caught,
             "total": self.total,
@@ -263,12 +266,67 @@ def _terminate_live() -> None:
             p.terminate()
 
 
+def _fault_task(fault: Fault, gate_profile, seed: int | None, campaigns, concurrency: str | None, started: str,
+                full: bool, reports: bool) -> tuple[dict[str, Any], dict[str, bytes]]:
+    """One fault's gate as an executor's task, in a fresh process: its row
+    and, with ``reports``, its report files (name -> bytes), written here
+    in a temporary directory and sent back to the caller's machine."""
+    import tempfile
+
+    GATE_PROFILES.setdefault(gate_profile.name, gate_profile)  # a profile registered by the caller only
+    with tempfile.TemporaryDirectory(prefix="shmspec-fault-") as tmp:
+        sub = Path(tmp) / fault.name if reports else None
+        out = run_fault(fault, gate_profile.name, seed, sub, None, campaigns, concurrency, started, full)
+        files = {f.name: f.read_bytes() for f in sub.iterdir() if f.is_file()} if sub and sub.exists() else {}
+    return out.to_json(), files
+
+
+def _on_executor(executor, faults: list[Fault], profile: str, seed: int | None, report_dir: Path | None, campaigns,
+                 concurrency: str | None, started: str, full: bool, on_fault, on_progress, on_done
+                 ) -> dict[int, dict[str, Any]]:
+    """Every fault's gate as a task of ``executor``; the rows by index.  A
+    task that ended without a result is that fault's row with ``error`` set
+    (not caught: the run fails)."""
+    from ..runner.executors import Task
+
+    tasks = [Task(f"fault {f.name}", _fault_task, (f, GATE_PROFILES[profile], seed,
+                                                   None if campaigns is None else tuple(campaigns), concurrency,
+                                                   started, full, report_dir is not None)) for f in faults]
+    for i, f in enumerate(faults):
+        if on_fault:
+            on_fault(i, f)
+    rows: dict[int, dict[str, Any]] = {}
+
+    def done(i: int, result: Any) -> None:
+        if isinstance(result, str):
+            row = FaultOutcome(faults[i], None, 0.0, error=result).to_json()
+        else:
+            row, files = result
+            if report_dir is not None and files:
+                sub = report_dir / faults[i].name
+                sub.mkdir(parents=True, exist_ok=True)
+                for name in ("report.json", "report.html", "repro_test.py"):
+                    (sub / name).unlink(missing_ok=True)
+                for name, data in files.items():
+                    (sub / name).write_bytes(data)
+        rows[i] = row
+        if on_done:
+            on_done(row)
+
+    def notice(text: str) -> None:
+        if on_progress:
+            on_progress(text, len(rows), len(faults))
+
+    executor.map(tasks, done, notice)
+    return rows
+
+
 def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = None, report_dir: Path | None = None,
                 on_fault: Callable[[int, Fault], None] | None = None,
                 on_progress: Callable[[str, int, int], None] | None = None,
                 on_done: Callable[[dict[str, Any]], None] | None = None,
                 campaigns=None, concurrency: str | None = None, started: str = "",
-                isolate: bool = False, jobs: int = 1, full: bool = False) -> MutantsResult:
+                isolate: bool = False, jobs: int = 1, full: bool = False, executor=None) -> MutantsResult:
     """Run the gate on each fault; the rows are in ``faults``' order.
     ``on_fault(i, fault)`` before each, ``on_progress`` is the gate's (of the
     fault started last), ``on_done(row)`` after each, as they end.
@@ -278,7 +336,12 @@ def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = Non
     depend on ``jobs``; a free-running campaign's interleavings are the
     OS's).  ``full``: no fault's gate stops at its first finding of the
     expected property (:func:`run_fault`).  ``campaigns`` and ``concurrency``
-    narrow the gate (tests).
+    narrow the gate (tests).  ``executor``
+    (:class:`~shmspec.conformance.runner.executors.RayExecutor`): each
+    fault's gate is a task on that cluster, in a fresh process (as
+    ``isolate``), its report files sent back and written under
+    ``report_dir``; ``jobs`` then does not apply, and ``on_fault`` is called
+    for every fault as the tasks are submitted.
 
     Raises:
         KeyError: unknown gate profile.
@@ -298,7 +361,11 @@ def run_mutants(faults: list[Fault], profile: str = "ci", seed: int | None = Non
         return run_fault(fault, profile, seed, sub, on_progress, campaigns, concurrency, started, full).to_json()
 
     rows: dict[int, dict[str, Any]] = {}
-    if jobs == 1 or not isolate or len(faults) < 2:
+    if executor is not None:
+        rows = _on_executor(executor, faults, profile, seed, report_dir, campaigns, concurrency, started, full,
+                            on_fault, on_progress, on_done)
+        res.executor = executor.describe()
+    elif jobs == 1 or not isolate or len(faults) < 2:
         for i, fault in enumerate(faults):
             rows[i] = one(i, fault)
             if on_done:
@@ -425,8 +492,11 @@ def main(args, console, err) -> int:
     from ..core.config import count_or_auto
     from ..core.errors import UsageError
 
+    from ..runner import executors
+
     try:
         jobs = count_or_auto(getattr(args, "jobs", "1"), "--jobs")
+        executor = executors.make(getattr(args, "executor", "local"), getattr(args, "address", None))
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
@@ -462,7 +532,8 @@ def main(args, console, err) -> int:
             progress.advance(bar)
 
         res = run_mutants(chosen, args.profile, args.seed, report_dir, on_fault, on_progress, on_done,
-                          started=started, isolate=ISOLATE, jobs=jobs, full=getattr(args, "full", False))
+                          started=started, isolate=ISOLATE, jobs=jobs, full=getattr(args, "full", False),
+                          executor=executor)
     path = write_json(res, report_dir)
     width = max(console.width, 132)  # the table's nine columns stay readable in a log
     if not console.is_terminal and console.width < width:  # rich caps print(width=) at the console's

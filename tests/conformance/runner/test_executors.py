@@ -163,7 +163,10 @@ class _Cluster:
 
 
 @pytest.fixture
-def cluster():
+def cluster(tmp_path, monkeypatch):
+    """The nodes start with this test's own user cache (a fake release the
+    matrix test publishes must not reach the real one)."""
+    monkeypatch.setenv("SHMSPEC_CACHE_DIR", str(tmp_path / "cache"))
     c = _Cluster()
     try:
         yield c
@@ -293,3 +296,67 @@ def test_cancel_all_is_safe_on_finished_refs():
 def test_results_of_a_task_are_its_pickle():
     raw = executors.run_raw(Task("add", _add, (1, 1)).payload())
     assert pickle.loads(raw) == ("ok", 2)
+
+
+def _rows(data: dict, keys: tuple[str, ...]) -> list[dict]:
+    return [{k: r.get(k) for k in keys} for r in data]
+
+
+@pytest.mark.slow
+def test_seeded_faults_on_ray_are_the_local_rows(cluster, tmp_path, capsys):
+    from shmspec.conformance.cli import main
+
+    runs = {}
+    for name, extra in (("local", ["--jobs", "1"]), ("ray", ["--executor", "ray", "--address", cluster.address])):
+        code = main(["mutants", "--only", "early_free,dup_overwrite", "--profile", "smoke",
+                     "--report-dir", str(tmp_path / name), *extra])
+        out = capsys.readouterr().out
+        assert code == 0, out
+        assert out.rstrip().splitlines()[-1].startswith("verdict: PASS")
+        runs[name] = json.loads((tmp_path / name / "mutants.json").read_text())
+    keys = ("name", "caught", "caught_by", "campaign", "violated", "error", "report")
+    assert _rows(runs["ray"]["faults"], keys) == _rows(runs["local"]["faults"], keys)
+    assert [r["caught_by"] for r in runs["ray"]["faults"]] == ["RC", "DUP"]
+    assert runs["ray"]["executor"] == f"ray ({cluster.address})" and runs["local"]["executor"] == "local"
+    for fault in ("early_free", "dup_overwrite"):  # each gate's report, sent back from its node
+        local, on_ray = (json.loads((tmp_path / n / fault / "report.json").read_text()) for n in ("local", "ray"))
+        assert _findings(on_ray) == _findings(local)
+    assert (tmp_path / "ray" / "early_free" / "repro_test.py").is_file()
+
+
+def _matrix_helpers():
+    import importlib.util
+
+    path = ROOT / "tests" / "conformance" / "commands" / "test_matrix.py"
+    spec = importlib.util.spec_from_file_location("_matrix_helpers", path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+@pytest.mark.slow
+def test_matrix_cells_on_ray_are_the_local_cells(cluster, tmp_path, capsys):
+    from shmspec.conformance.cli import main
+
+    h = _matrix_helpers()
+    index = h.Index()
+    try:
+        index.publish({"0.33.0": {h.whl("0.33.0"): h.wheel(h.DUP_BUG, filler=1 << 14)}})
+        runs = {}
+        for name, extra in (("local", []), ("ray", ["--executor", "ray", "--address", cluster.address])):
+            code = main(["matrix", "--index-url", index.url, "--releases", "0.33.0", "--profile", "smoke",
+                         "--seed", "0", "--report-dir", str(tmp_path / name), *extra])
+            out = capsys.readouterr().out
+            assert code == 0, out  # the release fails DUP; impl's rows pass
+            runs[name] = json.loads((tmp_path / name / "matrix.json").read_text())
+    finally:
+        index.close()
+    keys = ("label", "target", "verdict", "properties", "exit_code", "report", "report_json", "log")
+    assert _rows(runs["ray"]["rows"], keys) == _rows(runs["local"]["rows"], keys)
+    assert runs["ray"]["rows"][0]["properties"]["DUP"] == "fail"
+    assert runs["ray"]["executor"] == f"ray ({cluster.address})"
+    for row in runs["ray"]["rows"]:  # each cell's files, sent back from its node into its folder
+        for key in ("report", "report_json", "log"):
+            assert (tmp_path / "ray" / row[key]).is_file()
+        local, on_ray = (json.loads((tmp_path / n / row["report_json"]).read_text()) for n in ("local", "ray"))
+        assert _findings(on_ray) == _findings(local)
