@@ -66,8 +66,8 @@ def _executor_args(p: argparse.ArgumentParser, work: str, local: str) -> None:
                         f"task each, in a fresh process on its node; the ray extra); same seeds, same findings; "
                         f"docs/gate.md#ray")
     p.add_argument("--address", default=None, metavar="ADDR",
-                   help="with --executor ray: the cluster (host:port, or auto); default: start Ray on this "
-                        "machine for the run")
+                   help="with --executor ray: the cluster (host:port, or auto: $RAY_ADDRESS, else the one "
+                        "running on this machine); default: start Ray on this machine for the run")
 
 
 def build_parser() -> argparse.ArgumentParser:

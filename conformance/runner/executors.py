@@ -161,8 +161,9 @@ class RayExecutor:
     """Run tasks as Ray tasks, each in a fresh process on its node.
 
     ``address``: a running cluster (``ray start --head`` prints it;
-    ``"auto"``: the one this machine belongs to); None starts a Ray instance
-    on this machine for the run and stops it after.  Each task asks for
+    ``"auto"``: ``$RAY_ADDRESS``, else the one running on this machine);
+    None starts a new Ray instance on this machine for the run (even when
+    one is running) and stops it after.  Each task asks for
     ``cpus`` CPUs (a gate's writer and readers share them); ``retries``:
     how many times Ray reruns a task whose node or worker died;
     ``task_limit``: seconds after which a running task is cancelled (an
@@ -194,7 +195,7 @@ class RayExecutor:
         started_here = not ray.is_initialized()
         if started_here:
             try:
-                ray.init(address=self.address, log_to_driver=False, logging_level="ERROR",
+                ray.init(address=self.address or "local", log_to_driver=False, logging_level="ERROR",
                          include_dashboard=False, configure_logging=True)
             except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError
                 raise UsageError(f"--executor ray: cannot reach a Ray cluster at {self.address or 'a new local'} "
