@@ -137,7 +137,8 @@ def test_vllm_0_33_0_reaches_a_verdict_and_passes_lockstep(kind, tmp_path):
     target = _vllm(kind)
     assert target.source.name == ("shm_tensor_arena.py" if kind == "arena" else "shm_broadcast.py")
     result = shmspec.check(target, report_dir=tmp_path, concurrency="off")
-    assert result.verdict == "pass", [v.message for v in result.violations]
+    assert result.verdict == "pass", ([v.message for v in result.violations],
+                                      [f"{c.name}: {c.error}" for c in result.campaigns if c.error])
     # (no wall-time bound: a run's seconds depend on the machine's load; its work is fixed by the profile)
 
 

@@ -27,7 +27,7 @@ from shmspec.conformance.core.errors import UsageError
 from shmspec.conformance.runner import executors
 from shmspec.conformance.runner.executors import RayExecutor, Task, TaskError
 
-pytestmark = pytest.mark.xdist_group("test_executors")  # one cluster; the fresh processes are this module's
+pytestmark = pytest.mark.xdist_group("test_executors")  # one cluster at a time
 
 ROOT = Path(__file__).resolve().parents[3]
 FAULT = f"file:{ROOT / 'conformance' / 'mutants' / 'early_free.py'}"
@@ -69,9 +69,22 @@ def _alive(pid: int) -> bool:
         return False
 
 
+MARK = f"SHMSPEC_TEST_CLUSTER={os.getpid()}-{time.monotonic_ns()}"
+"""In the environment of this module's cluster nodes, so of every task process
+they start: another run's task processes on the machine are not counted."""
+
+
 def _fresh_pids() -> list[int]:
+    """This module's task processes now running."""
     out = subprocess.run(["pgrep", "-f", FRESH], capture_output=True, text=True).stdout
-    return [int(p) for p in out.split()]
+    pids = []
+    for p in map(int, out.split()):
+        try:
+            if MARK.encode() in Path(f"/proc/{p}/environ").read_bytes().split(b"\0"):
+                pids.append(p)
+        except OSError:
+            pass
+    return pids
 
 
 def test_a_task_runs_in_a_fresh_process_and_returns_its_value():
@@ -167,6 +180,7 @@ def cluster(tmp_path, monkeypatch):
     """The nodes start with this test's own user cache (a fake release the
     matrix test publishes must not reach the real one)."""
     monkeypatch.setenv("SHMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    monkeypatch.setenv(*MARK.split("=", 1))
     c = _Cluster()
     try:
         yield c
@@ -360,3 +374,13 @@ def test_matrix_cells_on_ray_are_the_local_cells(cluster, tmp_path, capsys):
             assert (tmp_path / "ray" / row[key]).is_file()
         local, on_ray = (json.loads((tmp_path / n / row["report_json"]).read_text()) for n in ("local", "ray"))
         assert _findings(on_ray) == _findings(local)
+
+
+@pytest.mark.slow
+def test_without_an_address_ray_runs_on_a_new_local_instance_and_stops_it():
+    tasks = [Task("add", _add, (2, 3)), Task("raises", _raises), Task("dies", _dies)]
+    got = RayExecutor(None).map(tasks)
+    assert got[0] == 5
+    assert got[1] == "raises: ValueError: the task's own error"
+    assert got[2].startswith("dies: its process ended (exit 7) without a result")
+    assert not ray.is_initialized()  # the instance it started is stopped
