@@ -90,14 +90,62 @@ def attach_segment(name: str) -> shared_memory.SharedMemory:
             resource_tracker.register = original
 
 
+UNCLOSED: list[shared_memory.SharedMemory] = []
+"""Segments whose close found their mapping still exported (a caller's
+zero-copy views outliving the store), held here with their file descriptor
+closed.  Left to the garbage collector, such a segment's ``__del__`` raises
+``BufferError`` inside whichever collection reaches it ("Exception ignored in
+SharedMemory.__del__"); under a Python-level ``sys.unraisablehook`` (pytest's)
+that report parses source with ``ast`` and, when the collection ran inside
+another ``ast.parse``, CPython 3.11 fails that one with "SystemError: AST
+constructor recursion depth mismatch" (seen 2026-12-04 in this project's
+suite: a gate's own ``ast`` read of a store file, and pytest's report of a
+failing test).  Every :func:`release_segment` retries them: one whose views
+are gone is closed then and let go."""
+
+
+def defer_close(shm: shared_memory.SharedMemory) -> None:
+    """``shm``, whose ``close`` raised ``BufferError``: hold it in
+    :data:`UNCLOSED` (its descriptor closed now) until a later
+    :func:`release_segment` can close its mapping."""
+    fd = getattr(shm, "_fd", -1)
+    if isinstance(fd, int) and fd >= 0:
+        with suppress(OSError):
+            os.close(fd)
+        shm._fd = -1  # noqa: SLF001 - the descriptor's owner; close() then skips it
+    if all(shm is not s for s in UNCLOSED):
+        UNCLOSED.append(shm)
+
+
+def retry_unclosed() -> int:
+    """Close every :data:`UNCLOSED` segment whose views are gone; how many
+    remain."""
+    for shm in list(UNCLOSED):
+        try:
+            shm.close()
+        except BufferError:
+            continue
+        UNCLOSED.remove(shm)
+    return len(UNCLOSED)
+
+
 def release_segment(shm: shared_memory.SharedMemory, unlink: bool) -> None:
     """Close ``shm``; when ``unlink``, also remove its name (FileNotFoundError ignored).
 
     The unlink happens even if closing fails (e.g. a caller still holds a view
-    of the buffer), so the writer never leaks the segment name.
+    of the buffer), so the writer never leaks the segment name; the segment is
+    then held until its views are gone (:func:`defer_close`).
+
+    Raises:
+        BufferError: views of the segment are still held (it stays mapped,
+            in :data:`UNCLOSED`).
     """
+    retry_unclosed()
     try:
         shm.close()
+    except BufferError:
+        defer_close(shm)
+        raise
     finally:
         if unlink:
             with suppress(FileNotFoundError):

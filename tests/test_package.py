@@ -40,6 +40,7 @@ def wheel(tmp_path_factory):
     return whl
 
 
+@pytest.mark.slow  # builds a wheel: make test, not the edit loop
 def test_the_wheel_carries_the_spec_the_faults_and_the_plugin(wheel):
     import shmspec
 

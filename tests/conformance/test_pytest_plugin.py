@@ -72,6 +72,7 @@ def test_one_item_per_property_and_campaign_junit_and_the_drawn_trace(folder):
     assert sorted(os.listdir(folder)) == ["conftest.py", "j.xml"]  # the report went to SHMSPEC_REPORT_DIR
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_collect_only_runs_nothing_and_k_and_x_select(folder, tmp_path):
     reports = tmp_path / "r"
     p = pytest_run(folder, "--shmspec-target=toy:stale", "--collect-only", "-q", reports=reports)
@@ -83,6 +84,7 @@ def test_collect_only_runs_nothing_and_k_and_x_select(folder, tmp_path):
     assert p.returncode == 1 and "1 failed" in p.stdout and "passed" not in p.stdout.splitlines()[-1], p.stdout
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_baseline_turns_known_findings_into_xfail_and_a_new_one_still_fails(folder, tmp_path):
     first = tmp_path / "first"
     p = pytest_run(folder, "--shmspec-target=toy:stale", f"--shmspec-report-dir={first}")

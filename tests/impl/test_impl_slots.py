@@ -149,3 +149,37 @@ def test_a_writer_caller_that_raises_publishes_nothing_and_a_reader_caller_that_
             raise RuntimeError("the reader's caller failed")
     assert w.row(0) == b"\x01\x01\x00" and rs[0].current_idx == 1  # released (no leaked slot, vLLM #45224)
     assert rs[1].dequeue() == b"ok"
+
+
+def test_a_segment_closed_under_a_held_view_is_kept_until_the_view_is_gone():
+    """``close`` with a reader's view still held: the writer's name is gone at
+    once, the reader's mapping stays (its descriptor closed) and is closed by
+    a later release, never by a garbage collection that would raise
+    BufferError in ``SharedMemory.__del__`` (impl.segment.UNCLOSED)."""
+    import sys
+
+    from shmspec.impl import segment
+
+    seen = []
+    previous = sys.unraisablehook
+    sys.unraisablehook = lambda u: seen.append(f"{u.exc_type.__name__} in {u.object!r}")
+    try:
+        w = SlotArena(1, 64, 2)
+        r = SlotArena(1, 64, 2, name=w.name, reader_rank=0)
+        view = r.view(w.write(b"kept"))
+        shm = r.shm
+        r.close()
+        w.close()
+        assert not os.path.exists(f"/dev/shm/{w.name.lstrip('/')}")  # unlinked by its creator
+        assert any(s is shm for s in segment.UNCLOSED) and shm._fd == -1
+        del r
+        gc.collect()
+        assert bytes(view) == b"kept" and seen == []  # still mapped, nothing raised
+        del view
+        gc.collect()
+        assert segment.retry_unclosed() == 0 and all(s is not shm for s in segment.UNCLOSED)
+        del shm
+        gc.collect()
+        assert seen == []
+    finally:
+        sys.unraisablehook = previous

@@ -60,7 +60,14 @@ class _Session:
         self.driver = target.driver(self.readers, SLOTS, SLOT_BYTES)
         self.trace: list[Step] = []
 
+    closed = False
+    """Set by :meth:`close` (the gate's replays close a session its run left open)."""
+
     def close(self) -> None:
+        """Release every held view, then close the stores (once)."""
+        if self.closed:
+            return
+        self.closed = True
         for views in self.held:  # in place, before the stores close: a traceback being handled may name these lists
             views.clear()
         self.driver.close()

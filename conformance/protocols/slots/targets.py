@@ -21,6 +21,8 @@ nothing-to-do outcome).
 
 from __future__ import annotations
 
+import contextlib
+
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import SimpleNamespace
@@ -186,7 +188,10 @@ class _Driver:
         if self.target.origin == "impl":
             for s in [*self.r, self.w]:
                 s.close()
-        self.r, self.w = [], None  # vLLM's __del__ closes (and the writer unlinks)
+        else:  # vLLM's __del__ closes (and the writer unlinks); not when views are still exported
+            for s in [*self.r, self.w]:
+                _close_foreign(s)
+        self.r, self.w = [], None
 
 
 class ArenaDriver(_Driver):
@@ -303,6 +308,30 @@ class QueueDriver(_Driver):
             except Exception:  # noqa: BLE001 - closing a half-run session
                 pass
         super().close()
+
+
+def _close_foreign(store: Any) -> None:
+    """Close a vLLM (or fork) store's segment before its ``__del__`` does.
+
+    With a zero-copy view still exported, vLLM's ``__del__`` swallows the
+    ``BufferError`` and skips the writer's unlink (the segment outlives the
+    run: resource_tracker warnings at exit), and the segment's own
+    ``__del__`` raises later inside some garbage collection.  Here such a
+    segment is unlinked by its creator and held until its views are gone
+    (:func:`shmspec.impl.segment.defer_close`)."""
+    from shmspec.impl import segment
+
+    shm = getattr(store, "shared_memory", None) or getattr(getattr(store, "buffer", None), "shared_memory", None)
+    if shm is None:
+        return
+    segment.retry_unclosed()
+    try:
+        shm.close()
+    except BufferError:
+        segment.defer_close(shm)
+        if getattr(store, "is_creator", False) or getattr(getattr(store, "buffer", None), "is_creator", False):
+            with contextlib.suppress(FileNotFoundError):
+                shm.unlink()
 
 
 def _impl(target: SlotTarget) -> Any:

@@ -61,6 +61,7 @@ def test_four_shards_merged_equal_the_unsharded_run(second_protocol, tmp_path, c
     assert json.loads((tmp_path / "m2" / "report.json").read_text())["baseline"]["findings"]["new"] == []
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_missing_or_doubled_shard_or_another_run_is_refused(second_protocol, tmp_path, capsys):
     for i in (1, 2):
         assert _run(tmp_path, "toy:good", f"g{i}", "--shard", f"{i}/2") == 0
@@ -91,6 +92,7 @@ def test_a_missing_or_doubled_shard_or_another_run_is_refused(second_protocol, t
     assert main(["merge", g2, g1, "--report-dir", str(tmp_path / "ok")]) == 0
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_lost_unit_in_a_shard_merges_into_error_never_pass(second_protocol, tmp_path, capsys):
     for i in (1, 2):
         assert _run(tmp_path, "toy:good", f"g{i}", "--shard", f"{i}/2") == 0

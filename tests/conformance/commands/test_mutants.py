@@ -128,6 +128,7 @@ def test_isolated_run_streams_progress_and_matches_in_process(tmp_path):
                                                                        row["violated"])
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_faults_gate_stops_at_the_first_finding_of_its_property():
     """``stop_at``: the campaigns after the first finding of the fault's
     property are skipped, saying why; without it (``--full``) they run."""

@@ -79,6 +79,7 @@ def test_a_bad_contract_file_fails_before_the_target_is_fetched(tmp_path, capsys
     assert "--contract " in (err := capsys.readouterr().err) and "not TOML" in err and not out.exists()
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_the_run_is_judged_by_the_declared_contract_and_says_so(tmp_path, capsys):
     """impl keeps vLLM's drain CLR and relies on its clients reading what
     they were promised; declared strict and relying on no client rule, it

@@ -40,6 +40,7 @@ def test_sglangs_queue_loads_without_user_stubs_and_lists_what_was_stood_in(tmp_
 
 
 @pytest.mark.network
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_sglangs_queue_in_the_deployed_construction_holds_and_its_waits_never_end():
     target = _sglang()
     assert not D.queue_api(target).timeouts

@@ -110,6 +110,7 @@ def test_impl_names_the_dead_reader_in_its_timeout():
     assert "readers [0] have not released it" in out.writer[-1][5]
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_the_gate_runs_the_deployed_construction_and_names_it(tmp_path):
     result = shmspec.check(f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_oob_alias.py'}", report_dir=tmp_path)
     assert [c.name for c in result.campaigns] == ["lockstep", "deviations", "faults", "deployed-controlled",
@@ -143,6 +144,7 @@ def _controlled(spec: str):
 
 
 @pytest.mark.parametrize("spec", ["vllm-queue==0.33.0", "impl-queue"])
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_controlled_interleavings_at_every_flag_access_hold_on_vllm_and_impl(spec):
     result = _controlled(spec)
     c = result.campaigns[0]
@@ -150,6 +152,7 @@ def test_controlled_interleavings_at_every_flag_access_hold_on_vllm_and_impl(spe
     assert c.rates["construction"]["deployed"] and "scheduled at every flag access" in c.rates["construction"]["name"]
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_release_before_the_copy_is_found_by_a_schedule_and_the_same_seed_gives_the_same_trace():
     spec = f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_release_before_copy.py'}"
     first, second = _controlled(spec), _controlled(spec)

@@ -197,6 +197,7 @@ def _last_line(capsys) -> str:
     return capsys.readouterr().out.strip().splitlines()[-1]
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_check_baseline_exit_statuses_junit_and_step_summary(toy, tmp_path, monkeypatch, capsys):
     summary = tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))

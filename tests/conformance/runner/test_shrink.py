@@ -37,6 +37,7 @@ def _first(target, core):
     return result.violations[0]
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_loaded_machine_shrinks_to_the_same_trace(early_free, quiet, monkeypatch):
     assert quiet.shrink_examples > 0
     real = time.perf_counter
@@ -53,6 +54,7 @@ def test_a_loaded_machine_shrinks_to_the_same_trace(early_free, quiet, monkeypat
     assert (busy.shrink_examples, busy.shrink_complete) == (quiet.shrink_examples, quiet.shrink_complete)
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_the_shrink_budget_counts_examples(early_free, quiet, monkeypatch):
     budget = max(1, quiet.shrink_examples // 4)
     monkeypatch.setitem(gate.GATE_PROFILES, "ci", replace(gate.GATE_PROFILES["ci"], shrink_examples=budget))
@@ -75,6 +77,7 @@ def test_the_engine_is_given_back_its_clock():
     assert (engine.time, engine.MAX_SHRINKING_SECONDS) == before
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_cut_shrink_has_its_unneeded_steps_deleted(early_free, quiet, monkeypatch):
     """With shrinking cut by the budget, :func:`gate.delete_steps` drops each
     step the trace does not need (replayed on a fresh session: the shorter

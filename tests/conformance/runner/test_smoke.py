@@ -4,12 +4,14 @@ seeded fault (early_free: a chunk freed while a reader may still read it)."""
 
 from __future__ import annotations
 
+import pytest
 
 import shmspec
 from shmspec.conformance.mutants import faults
 from shmspec.conformance.runner.gate import GATE_PROFILES
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_smoke_runs_the_lockstep_campaigns_and_finds_a_seeded_fault(tmp_path):
     gp = GATE_PROFILES["smoke"]
     assert gp.deterministic and gp.concurrency == "off" and gp.rounds == 1 and gp.final_round

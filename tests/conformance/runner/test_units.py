@@ -44,6 +44,7 @@ def test_shards_split_the_units_without_overlap():
             units.parse_shard(bad)
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_the_same_seeds_give_the_same_findings_on_one_worker_and_on_two(second_protocol, tmp_path):
     one = shmspec.check("toy:stale", seeds=3, workers=1, seed=5)
     two = shmspec.check("toy:stale", seeds=3, workers=2, seed=5, report_dir=tmp_path)
@@ -68,6 +69,7 @@ def test_one_seed_run_is_unchanged(second_protocol, tmp_path):
     assert data["violations"] and all(v["seed"] == 0 for v in data["violations"])
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_shards_of_a_run_together_cover_its_seeds(second_protocol):
     whole = shmspec.check("toy:good", seeds=4, seed=9, profile="dev", example_db="none")
     halves = [shmspec.check("toy:good", seeds=4, seed=9, profile="dev", shard=f"{i}/2", example_db="none")
@@ -77,6 +79,7 @@ def test_shards_of_a_run_together_cover_its_seeds(second_protocol):
     assert all(h.verdict == "pass" for h in halves)
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_a_seeded_fault_is_found_alike_on_one_and_two_workers():
     """impl with one seeded fault (early_free: a chunk freed while a reader
     may still read it), vLLM's construction, lockstep campaigns only."""

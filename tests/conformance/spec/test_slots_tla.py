@@ -73,6 +73,7 @@ def test_the_holding_configs_hold(name, model, states):
     assert res.status == "ok" and res.distinct == explore(model).states == states
 
 
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_shmspec_model_runs_the_slot_configs_and_judges_them(tmp_path, capsys):
     import json
 

@@ -210,6 +210,7 @@ def test_vllm_0_33_follows_the_counterexample_and_deserializes_the_new_object():
 
 # ------------------------------------------------------------------ CLI
 @java
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
 def test_model_target_flag_reports_who_departs_first(tmp_path):
     rep = tmp_path / "m"
     assert main(["model", "--config", "MC_vllm_reread.cfg", "--no-agreement", "--target", "impl",
