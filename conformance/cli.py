@@ -329,7 +329,9 @@ def _check(args: argparse.Namespace) -> int:
                            args.contract)
         from .runner import executors
 
-        executors.make(args.executor, args.address)  # ray missing: said before the target is fetched
+        if executors.make(args.executor, args.address) is not None and args.workers != 1:  # before any fetch
+            raise UsageError("--workers applies to --executor local; on Ray the cluster's CPUs decide how many "
+                             "units run at once")
         baseline = judged.Baseline.load(args.baseline) if args.baseline is not None else None
     except UsageError as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)

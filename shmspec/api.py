@@ -99,6 +99,9 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     from shmspec.conformance.runner import executors
 
     runner = executors.make(executor, address)
+    if runner is not None and workers != 1:
+        raise UsageError("--workers applies to --executor local; on Ray the cluster's CPUs decide how many units "
+                         "run at once")
     loaded = protocols.load(target) if isinstance(target, str) else target
     protocol = protocols.protocol_of(loaded)
     modes = protocol.concurrency_modes

@@ -137,6 +137,14 @@ def test_executor_names_are_checked():
     assert isinstance(executors.make("ray", "127.0.0.1:1"), RayExecutor)
 
 
+def test_workers_with_ray_is_refused_in_one_line(capsys):
+    from shmspec.conformance.cli import main
+
+    assert main(["check", "--target", "impl", "--executor", "ray", "--workers", "2"]) == 2
+    assert capsys.readouterr().err.strip() == ("shmspec: error: --workers applies to --executor local; on Ray the "
+                                               "cluster's CPUs decide how many units run at once")
+
+
 def test_without_ray_installed_the_cli_says_how_to_get_it(monkeypatch, capsys):
     from shmspec.conformance.cli import main
 
