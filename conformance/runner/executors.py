@@ -48,6 +48,9 @@ from typing import Any, Callable
 from ..core.errors import ShmspecError, UsageError
 
 EXECUTORS = ("local", "ray")
+PARENT_ENV = "SHMSPEC_TASK_PARENT"
+"""The pid of the process that started a fresh task process (:mod:`.fresh`
+ends at once when its parent is already gone)."""
 
 
 @dataclass(frozen=True)
@@ -80,15 +83,6 @@ class TaskError(ShmspecError):
 
 
 # -- a task in a fresh process -------------------------------------------------
-
-def _pdeathsig() -> None:  # pragma: no cover - runs in the child before exec
-    try:
-        import ctypes
-
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except Exception:  # noqa: BLE001 - not Linux: the parent's cancel still stops it
-        pass
-
 
 def run_fresh(payload: bytes, grace: float = 10.0) -> Any:
     """:func:`run_raw`, its result unpickled.
@@ -123,9 +117,11 @@ def run_raw(payload: bytes, grace: float = 10.0) -> bytes:
         inp, out, log = Path(tmp, "task.pkl"), Path(tmp, "result.pkl"), Path(tmp, "output.txt")
         inp.write_bytes(payload)
         with open(log, "wb") as sink:
+            # no preexec_fn (unsafe in a threaded parent, as a Ray worker is): the
+            # process asks for SIGTERM at its parent's death itself (fresh.py)
             proc = subprocess.Popen([sys.executable, "-m", "shmspec.conformance.runner.fresh", str(inp), str(out)],
                                     stdin=subprocess.DEVNULL, stdout=sink, stderr=subprocess.STDOUT,
-                                    start_new_session=True, preexec_fn=_pdeathsig)
+                                    start_new_session=True, env={**os.environ, PARENT_ENV: str(os.getpid())})
             try:
                 code = proc.wait()
             except BaseException:

@@ -4,7 +4,9 @@ task (:class:`~.executors.Task`) in this fresh process and write its pickled
 killed while writing leaves none, which the caller reports as an error).
 
 SIGTERM unwinds like Ctrl-C, so a gate stops its workers and removes its
-segments on the way out (exit 130).
+segments on the way out (exit 130).  On Linux the process asks for SIGTERM
+when its parent dies (``PR_SET_PDEATHSIG``: a Ray worker lost with its node),
+and ends at once if that parent is already gone.
 """
 
 from __future__ import annotations
@@ -23,10 +25,24 @@ def _interrupt(signum, frame):  # noqa: ARG001 - signal handler signature
     raise KeyboardInterrupt(f"signal {signum}")
 
 
+def _die_with_parent() -> bool:
+    """SIGTERM at the parent's death; False when it is already gone."""
+    parent = os.environ.get("SHMSPEC_TASK_PARENT")
+    try:
+        import ctypes
+
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):  # not Linux: the parent's cancel still stops it
+        return True
+    return parent is None or os.getppid() == int(parent)
+
+
 def main(argv: list[str]) -> int:
     task, result = argv
     signal.signal(signal.SIGTERM, _interrupt)
     signal.signal(signal.SIGINT, _interrupt)
+    if not _die_with_parent():
+        return 130
     with open(task, "rb") as f:
         fn, args = pickle.load(f)
     code = 0

@@ -95,6 +95,17 @@ def test_a_task_runs_in_a_fresh_process_and_returns_its_value():
         executors.run_fresh(Task("dies", _dies).payload())
 
 
+def test_a_task_whose_parent_is_already_gone_does_not_run(tmp_path):
+    """The task process asks for SIGTERM at its parent's death, and a parent
+    dead before it could ask (the pid it was given is not its parent) means
+    it ends at once, running nothing."""
+    task, result = tmp_path / "task.pkl", tmp_path / "result.pkl"
+    task.write_bytes(Task("sleeps", _sleeps_with_a_child, (str(tmp_path / "pids"),)).payload())
+    proc = subprocess.run([sys.executable, "-m", FRESH, str(task), str(result)], timeout=60,
+                          env={**os.environ, executors.PARENT_ENV: "1"})
+    assert proc.returncode == 130 and not result.exists() and not (tmp_path / "pids").exists()
+
+
 def test_a_task_that_does_not_pickle_is_refused_before_any_work():
     with pytest.raises(UsageError, match="seed 3: cannot be sent to another process"):
         Task("seed 3", _add, (lambda: 1, 2)).payload()
