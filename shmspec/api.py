@@ -77,8 +77,8 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             ``readers`` outside 1..4, ``seeds``/``workers`` below 1, a bad
             ``shard`` or ``example_db``, a shard without ``seed`` on a
             random-seed profile, an invalid contract, an unknown executor,
-            ``address`` without ray, ray not installed or its cluster not
-            reachable.
+            ``address`` without ray, ``workers`` other than 1 with ray, ray
+            not installed or its cluster not reachable.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
     from shmspec.conformance import protocols
