@@ -548,9 +548,10 @@ def _replay_calls(machine_cls: Any, calls: list[dict[str, Any]]) -> PropertyViol
     except Exception:  # noqa: BLE001 - not a trace the session can run (a call names a handle never put)
         return None
     finally:
-        if m is not None and getattr(m, "session", None) is not None and not getattr(m.session, "closed", False):
+        session = getattr(m, "session", None) if m is not None else None
+        if callable(getattr(session, "close", None)) and not getattr(session, "closed", False):
             try:
-                m.session.close()
+                session.close()
             except PropertyViolation:
                 pass
     return None
