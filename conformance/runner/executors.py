@@ -190,13 +190,14 @@ class RayExecutor:
         ray = _import_ray()
         started_here = not ray.is_initialized()
         if started_here:
+            _probe(self.address)
             try:
                 ray.init(address=self.address or "local", log_to_driver=False, logging_level="ERROR",
                          include_dashboard=False, configure_logging=True)
             except Exception as exc:  # noqa: BLE001 - ConnectionError, RuntimeError, ValueError
-                raise UsageError(f"--executor ray: cannot reach a Ray cluster at {self.address or 'a new local'} "
-                                 f"instance ({type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''})") \
-                    from None
+                where = f"a Ray cluster at {self.address}" if self.address else "a new local Ray instance"
+                raise UsageError(f"--executor ray: cannot reach {where} ({type(exc).__name__}: "
+                                 f"{str(exc).splitlines()[0] if str(exc) else ''})") from None
         remote = ray.remote(num_cpus=self.cpus, max_retries=self.retries, retry_exceptions=False)(_ray_task)
         results: dict[int, Any] = {}
         refs: dict[Any, tuple[int, float]] = {}
@@ -246,6 +247,26 @@ def _ray_task(payload: bytes) -> bytes:
         return run_raw(payload)
     except TaskError as exc:
         return pickle.dumps(("error", str(exc)))
+
+
+def _probe(address: str | None, timeout: float = 5.0) -> None:
+    """A ``host:port`` address must accept a TCP connection within
+    ``timeout`` seconds: Ray's own connect retries for minutes on a wrong
+    one.  ``None`` and ``auto`` are left to Ray.
+
+    Raises:
+        UsageError: nothing listens there (one line).
+    """
+    import socket
+
+    if not address or address == "auto" or "://" in address:
+        return
+    host, _, port = address.rpartition(":")
+    try:
+        socket.create_connection((host or "127.0.0.1", int(port)), timeout=timeout).close()
+    except (OSError, ValueError) as exc:
+        raise UsageError(f"--executor ray: nothing answers at {address} ({type(exc).__name__}: {exc}); "
+                         f"`ray start --head` prints the address") from None
 
 
 def _route_ray_notices(sink: Callable[[str], None]) -> Callable[[], None]:
@@ -309,8 +330,8 @@ def make(executor: "str | RayExecutor | None", address: str | None = None) -> "R
     ``ray``; an executor object is returned as it is.
 
     Raises:
-        UsageError: an unknown executor, ``--address`` without ray, or ray
-            not installed.
+        UsageError: an unknown executor, ``--address`` without ray, ray
+            not installed, or nothing listening at ``address``.
     """
     if executor is None or executor == "local":
         if address is not None:
@@ -321,6 +342,7 @@ def make(executor: "str | RayExecutor | None", address: str | None = None) -> "R
     if executor != "ray":
         raise UsageError(f"unknown executor {executor!r} (choose from {', '.join(EXECUTORS)})")
     _import_ray()
+    _probe(address)  # a wrong address is said before any work (the target is not fetched yet)
     return RayExecutor(address=address)
 
 

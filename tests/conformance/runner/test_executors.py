@@ -145,7 +145,7 @@ def test_executor_names_are_checked():
         executors.make("dask")
     with pytest.raises(UsageError, match="--address applies to --executor ray only"):
         executors.make("local", "127.0.0.1:6379")
-    assert isinstance(executors.make("ray", "127.0.0.1:1"), RayExecutor)
+    assert isinstance(executors.make("ray"), RayExecutor) and isinstance(executors.make("ray", "auto"), RayExecutor)
 
 
 def test_workers_with_ray_is_refused_in_one_line(capsys):
@@ -154,6 +154,16 @@ def test_workers_with_ray_is_refused_in_one_line(capsys):
     assert main(["check", "--target", "impl", "--executor", "ray", "--workers", "2"]) == 2
     assert capsys.readouterr().err.strip() == ("shmspec: error: --workers applies to --executor local; on Ray the "
                                                "cluster's CPUs decide how many units run at once")
+
+
+def test_an_address_where_nothing_listens_is_one_line_at_once(capsys):
+    from shmspec.conformance.cli import main
+
+    t0 = time.monotonic()
+    assert main(["check", "--target", "impl", "--executor", "ray", "--address", "127.0.0.1:1"]) == 2
+    err = capsys.readouterr().err.strip()
+    assert err.startswith("shmspec: error: --executor ray: nothing answers at 127.0.0.1:1") and "\n" not in err
+    assert time.monotonic() - t0 < 30  # Ray's own connect retried for minutes (a fresh user's trial, 2026-12-04)
 
 
 def test_without_ray_installed_the_cli_says_how_to_get_it(monkeypatch, capsys):
