@@ -41,7 +41,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable
 
@@ -169,7 +169,6 @@ class RayExecutor:
     cpus: float = 1.0
     retries: int = 3
     task_limit: float = 6 * 3600.0
-    name: str = field(default="ray", init=False)
 
     def describe(self) -> str:
         return f"ray ({self.address or 'a local instance'})"
