@@ -353,13 +353,17 @@ class MessageQueue:
         whose values it has dropped since (:meth:`SlotArena.flush_releases`).
 
         Raises:
-            SlotTimeout / TimeoutError: nothing within ``timeout`` s (nothing consumed).
+            SlotTimeout / TimeoutError: nothing within ``timeout`` s.  Nothing
+                is lost: if the wait ended between an overflow chunk and its
+                frames on the socket, the next dequeue returns that message.
             StaleSlot: an arena frame names a slot reused since (never happens
                 with the writer's own frames).
             RuntimeError: called on the writer."""
         if self._is_local_reader:
             if self.tensor_arena is not None:
                 self.tensor_arena.flush_releases()
+            if self._owed:  # an overflow chunk read by a dequeue that timed out before its frames came
+                return self._owed_frames(timeout)
             with self.acquire_read(timeout, indefinite) as chunk:
                 overflow, count = _HEAD.unpack_from(chunk, 0)
                 if not overflow:
@@ -370,10 +374,21 @@ class MessageQueue:
                         at += _LEN.size + n
             if not overflow:
                 return self._loads(frames[0], frames[1], frames[2:])
-            return self._recv(self.local_socket, timeout)
+            self._owed += 1  # the chunk is released: its frames are owed to this reader until they come
+            return self._owed_frames(timeout)
         if self._is_remote_reader:
             return self._recv(self.remote_socket, timeout)
         raise RuntimeError("only readers can dequeue")
+
+    _owed = 0
+    """Overflow chunks this local reader has read whose frames have not
+    come yet (a dequeue timed out between the two): the next dequeue
+    returns those first, so a timeout loses and reorders nothing."""
+
+    def _owed_frames(self, timeout: float | None) -> Any:
+        got = self._recv(self.local_socket, timeout)
+        self._owed -= 1
+        return got
 
     def _recv(self, sock: Any, timeout: float | None) -> Any:
         if not sock.poll(None if timeout is None else max(0, int(timeout * 1000))):

@@ -131,3 +131,25 @@ def test_the_arena_is_off_with_remote_readers():
         assert q.tensor_arena is None and q.export_handle().tensor_arena_handle is None
     finally:
         q.close()
+
+
+def test_a_readers_timeout_between_an_overflow_chunk_and_its_frames_loses_nothing(pair):
+    """Found by the deployed fault run (writer-killed-mid-write, loaded
+    machine): the reader read an overflow chunk, its socket wait timed out
+    before the writer's frames came, and the next dequeue returned the
+    message after.  The frames come late here by holding the writer's send."""
+    writer, reader = pair(chunk_bytes=1024)
+    held = []
+    send = writer._send
+    writer._send = lambda sock, frames: held.append((sock, frames))
+    writer.enqueue(b"x" * 4096, timeout=1)  # too large for a chunk: the flag now, the frames over the socket
+    writer._send = send
+    with pytest.raises(TimeoutError):
+        reader.dequeue(timeout=0.05)
+    writer.enqueue("after", timeout=1)  # in the chunk, published before the late frames
+    for sock, frames in held:
+        send(sock, frames)
+    assert reader.dequeue(timeout=1) == b"x" * 4096  # FIFO: the timed-out message first
+    assert reader.dequeue(timeout=1) == "after"
+    with pytest.raises(TimeoutError):
+        reader.dequeue(timeout=0.05)

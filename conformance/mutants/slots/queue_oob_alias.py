@@ -16,7 +16,7 @@ from shmspec.impl import broadcast as _b
 
 class MessageQueue(_b.MessageQueue):
     def dequeue(self, timeout=None, indefinite=False):
-        if not self._is_local_reader:
+        if not self._is_local_reader or self._owed:
             return super().dequeue(timeout, indefinite)
         with self.acquire_read(timeout, indefinite) as chunk:
             overflow, count = _b._HEAD.unpack_from(chunk, 0)
@@ -28,4 +28,5 @@ class MessageQueue(_b.MessageQueue):
                     frames.append(bytes(view) if i < 2 else view)  # BUG: the out-of-band frames not copied
                     at += _b._LEN.size + n
                 return self._loads(frames[0], frames[1], frames[2:])
-        return self._recv(self.local_socket, timeout)
+        self._owed += 1
+        return self._owed_frames(timeout)

@@ -17,7 +17,7 @@ from shmspec.impl import broadcast as _b
 
 class MessageQueue(_b.MessageQueue):
     def dequeue(self, timeout=None, indefinite=False):
-        if not self._is_local_reader:
+        if not self._is_local_reader or self._owed:
             return super().dequeue(timeout, indefinite)
         ring = self.buffer
         ring._wait(ring._readable, f"reader {ring.reader_rank}", timeout)
@@ -27,7 +27,8 @@ class MessageQueue(_b.MessageQueue):
         chunk = ring.buf[i * ring.slot_bytes:(i + 1) * ring.slot_bytes]
         overflow, count = _b._HEAD.unpack_from(chunk, 0)
         if overflow:
-            return self._recv(self.local_socket, timeout)
+            self._owed += 1
+            return self._owed_frames(timeout)
         frames, at = [], _b._HEAD.size
         for _ in range(count):
             (n,) = _b._LEN.unpack_from(chunk, at)

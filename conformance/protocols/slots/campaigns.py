@@ -89,7 +89,8 @@ def deployments(ctx: CampaignContext, campaign: SlotCampaign) -> list[Any]:
     if campaign.mode == "deployed":
         other = replace(primary, local=1, remote=1, start_method="spawn" if method == "fork" else "fork")
         return [primary, other]
-    at = {"reader-killed-holding": 5, "reader-killed-between": 7, "writer-killed-mid-write": 6}
+    at = {"reader-killed-holding": 5, "reader-killed-between": 7, "writer-killed-mid-write": 6,
+          "writer-stalled-before-send": 6}
     return [replace(primary, fault=f, at=at[f], timeout=0.5, local=max(2, primary.local)) for f in FAULTS]
 
 

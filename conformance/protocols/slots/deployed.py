@@ -56,7 +56,10 @@ claim, with half a message copied).  The survivors must receive exactly the
 messages completed before the fault, in order, and no torn one; every wait
 ends with the queue's timeout, and the writer's names (from the flags) the
 dead reader and nobody else; the writer never rewrites a chunk the dead
-reader had not released.
+reader had not released.  And one stall (:data:`STALL`): the writer pauses
+between an overflow chunk and its frames for longer than the readers'
+waits, which end and are called again, as a caller polling with a timeout
+does; every reader must still receive every message once, in order.
 
 Three ways to run it (the campaigns of :mod:`.campaigns`):
 
@@ -91,8 +94,14 @@ from ...lockstep.session import Step
 from ...targets import slotfiles
 
 MiB = 1 << 20
-FAULTS = ("reader-killed-holding", "reader-killed-between", "writer-killed-mid-write")
-"""The process faults of the deployed construction (see the module docstring)."""
+KILLS = ("reader-killed-holding", "reader-killed-between", "writer-killed-mid-write")
+"""The process faults of the deployed construction: a process SIGKILLed (see the module docstring)."""
+STALL = "writer-stalled-before-send"
+"""The writer paused for :data:`STALL_S` between publishing an overflow
+chunk and sending its frames (preempted, or in a GC pause): longer than a
+reader's dequeue wait, so the reader's wait ends between the two."""
+FAULTS = (*KILLS, STALL)
+"""The faults of the deployed construction (see the module docstring)."""
 KINDS = ("small", "inband", "overflow", "oob", "oob-overflow")
 """Message kinds of a plan (see :func:`plan`)."""
 REPORT_TIMEOUT_S = 60.0
@@ -107,6 +116,9 @@ step between two ``dequeue`` calls, so the writer often finds the ring
 full and waits on the slowest reader's flag."""
 IDLE_POLLS = 4
 """Timeouts in a row, once the writer has stopped, after which a reader stops waiting."""
+STALL_S = 4 * POLL_S
+"""How long the :data:`STALL` fault pauses the writer once every local
+reader has released the overflow chunk (seconds): four of a reader's waits."""
 
 
 @dataclass(frozen=True)
@@ -283,7 +295,10 @@ def plan(dep: Deployment) -> list[str]:
     else:
         first = pool = IN_CHUNK if dep.schedule is not None else KINDS
     kinds = [first[i % len(first)] if i < len(first) else rnd.choice(pool) for i in range(dep.messages)]
-    if dep.fault and dep.at < dep.messages:
+    if dep.fault == STALL and dep.at < dep.messages:  # over the socket, then one in its chunk
+        kinds[dep.at] = "tensor-oversize" if dep.arena else "overflow"
+        kinds[dep.at + 1:dep.at + 2] = ["small"] * (dep.at + 1 < dep.messages)
+    elif dep.fault and dep.at < dep.messages:
         kinds[dep.at] = "small"
     return kinds
 
@@ -363,8 +378,8 @@ def _size(body: Any) -> int:
 
 def queue_api(target: Any) -> Any:
     """The store's API for the deployed construction, per target: its
-    ``MessageQueue`` and ``Handle``; ``row(mq)``: the flags of the writer's
-    current chunk; ``instrument()``: every flag access a yield point;
+    ``MessageQueue`` and ``Handle``; ``row(mq, idx=None)``: the flags of
+    chunk ``idx`` (default: the writer's current chunk); ``instrument()``: every flag access a yield point;
     ``install()``: the loaded files in this process's ``sys.modules``
     (a writer or reader process only); for the arena, ``tensor(bytearray)``
     (a uint8 tensor over it), ``scale_arena(dep)`` (the writer's arena
@@ -419,7 +434,7 @@ def queue_api(target: Any) -> Any:
                 return torch.frombuffer(data, dtype=torch.uint8)
             return slotfiles._frombuffer(data, slotfiles.DTYPES["uint8"])
 
-        api = SimpleNamespace(MessageQueue=mq, Handle=broadcast.Handle, row=lambda q: q.buffer.row(q.current_idx),
+        api = SimpleNamespace(MessageQueue=mq, Handle=broadcast.Handle, row=lambda q, idx=None: q.buffer.row(q.current_idx if idx is None else idx),
                               instrument=instrument, install=lambda: None, tensor=tensor,
                               scale_arena=scale_arena, arena_rows=arena_rows,
                               arena_fallbacks=lambda q: q.tensor_arena.fallbacks)
@@ -429,8 +444,8 @@ def queue_api(target: Any) -> Any:
         loaded = slotfiles.load_slot_files(files.broadcast_path, arena_path,
                                            real=("zmq",) + (slotfiles.torch_roots() if arena_path else ()))
 
-        def row(q):
-            with q.buffer.get_metadata(q.current_idx) as m:
+        def row(q, idx=None):
+            with q.buffer.get_metadata(q.current_idx if idx is None else idx) as m:
                 return bytes(m)
 
         def instrument():
@@ -610,6 +625,8 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
                     buf[0:len(half)] = half
                     conn.send(("dying", seq, time.monotonic()))
                     os.kill(os.getpid(), signal.SIGKILL)
+            if dep.fault == STALL and seq == dep.at:
+                mq.local_socket = _Stalled(mq, api, dep)
             while True:
                 t0 = time.monotonic()
                 conn.send(("begin", seq, t0))
@@ -653,6 +670,31 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
     except BaseException as exc:  # noqa: BLE001 - reported to the controller
         _failed(conn, exc)
     os._exit(0)
+
+
+class _Stalled:
+    """In place of a writer's local socket: its next send waits until every
+    local reader has released the chunk just published (each is then in its
+    wait for the frames), sleeps :data:`STALL_S`, puts the socket back and
+    sends (the send after the overflow chunk's publish, in vLLM's
+    ``enqueue`` and impl's alike)."""
+
+    def __init__(self, mq: Any, api: Any, dep: Deployment):
+        self._mq, self._sock, self._api, self._dep = mq, mq.local_socket, api, dep
+
+    def __getattr__(self, name: str) -> Any:
+        if name not in ("send", "send_multipart"):
+            return getattr(self._sock, name)
+
+        def send(*args: Any, **kw: Any) -> Any:
+            mq, dep = self._mq, self._dep
+            idx, until = (mq.current_idx - 1) % dep.chunks, time.monotonic() + REPORT_TIMEOUT_S / 2
+            while not all(self._api.row(mq, idx)[1:1 + dep.local]) and time.monotonic() < until:
+                time.sleep(0.001)
+            time.sleep(STALL_S)
+            mq.local_socket = self._sock
+            return getattr(self._sock, name)(*args, **kw)
+        return send
 
 
 def _reuse(body: Any) -> None:
