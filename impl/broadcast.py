@@ -32,7 +32,12 @@ from vLLM 0.33.0, each backed by ``tests/impl/test_broadcast.py``:
   readers that have not released the chunk it waits on (vLLM raises a
   bare ``TimeoutError``);
 * readers wait on the ring's flags with short sleeps (no notification
-  socket), every wait bounded by its ``timeout``.
+  socket), every wait bounded by its ``timeout``;
+* a local reader's ``dequeue`` that times out after it read an overflow
+  chunk, before the frames came over the socket, owes those frames: its
+  next ``dequeue`` returns that message first (vLLM 0.33.0's returns the
+  message after it, and the late frames for the next overflow chunk: the
+  deployed construction's ``writer-stalled-before-send`` run).
 
 The tensor arena (``enable_shm_tensor_arena=True``, vLLM 0.33.0's option;
 off when the queue has remote readers, as vLLM's): an out-of-band buffer
