@@ -23,6 +23,7 @@ from shmspec.model.errors import (
     MissingReaderLock,
     NotWriter,
     ObjectTooLarge,
+    OutOfSpace,
     StaleHandle,
     UnknownKey,
     WrongProcess,
@@ -35,6 +36,16 @@ from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
 
 logger = logging.getLogger(__name__)
+
+LEASE_POLICIES = ("forfeit", "refuse")
+"""What the writer does with the reads a *gone* reader still owed (its view
+closed, or its process died: the kernel dropped its slot's OFD lock).
+``forfeit`` (the default, :attr:`SingleWriterShmObjectStorage.LEASE_POLICY`):
+they are forfeited at the writer's next reclaim, so a dead reader never
+stops the writer (SEMANTICS LEASE); a reader that claims the slot later
+finds those handles stale.  ``refuse``: they stay owed until a reader that
+claims the slot makes them (vLLM's behaviour: until then a full ring raises
+``OutOfSpace``, which names the slot)."""
 
 _CHUNK_HEADER_UNPACK = layout.CHUNK_HEADER.unpack_from
 _ZERO_COUNT = int32_to_bytes(0)
@@ -121,7 +132,9 @@ class SingleWriterShmObjectStorage:
     """Single-writer, multi-reader object store in shared memory.
 
     ``SingleWriterShmObjectStorage(max_object_size, n_readers, ring_buffer,
-    serde_class=PickleSerde, reader_lock=None)``.  The writer view is the one
+    serde_class=PickleSerde, reader_lock=None, lease_policy=None)`` (the
+    last one impl's: :data:`LEASE_POLICIES`, default :attr:`LEASE_POLICY`;
+    another value is a ``ValueError``).  The writer view is the one
     whose ``ring_buffer`` was created (``create=True``); building it creates
     the reader table (``n_readers`` slots; ``SharedMemoryFull`` if
     ``/dev/shm`` cannot hold it).  Reader views attach to both segments and
@@ -144,7 +157,11 @@ class SingleWriterShmObjectStorage:
     ``writer_flag[id]`` reads of it, so a reader that reads a handle twice
     never stands in for another (PROM).  A writer built with the readers'
     lock is one of the ``n_readers`` readers: its gets are counted (vLLM
-    0.33.0), in a slot it claims at its first get.
+    0.33.0), in a slot it claims at its first get.  Reader leases (LEASE):
+    with ``lease_policy="forfeit"`` the reads a gone reader (view closed,
+    process dead) still owed are forfeited at the next reclaim, so a dead
+    reader never stops the writer; ``OutOfSpace`` names the reader slots
+    whose reads pin the oldest chunk.
 
     Reader ``get`` (the hazard-pin protocol, docs/impl-protocol.md): fields
     and signature are checked before any byte of the data region is read; the
@@ -172,6 +189,10 @@ class SingleWriterShmObjectStorage:
     raises KeyboardInterrupt at every line of each operation).
     """
 
+    LEASE_POLICY = "forfeit"
+    """The writer's lease policy when the constructor is given none (one of
+    :data:`LEASE_POLICIES`)."""
+
     writer_uses_reader_lock = False
     """impl's writer takes no lock on any path (harnesses built version-1
     writers with the readers' lock to fence reclaims; kept for old callers)."""
@@ -183,7 +204,12 @@ class SingleWriterShmObjectStorage:
         ring_buffer: SingleWriterShmRingBuffer,
         serde_class: type[ObjectSerde] = PickleSerde,
         reader_lock: Any | None = None,
+        lease_policy: str | None = None,
     ):
+        policy = self.LEASE_POLICY if lease_policy is None else lease_policy
+        if policy not in LEASE_POLICIES:
+            raise ValueError(f"lease_policy must be one of {', '.join(map(repr, LEASE_POLICIES))}, got {policy!r}")
+        self.lease_policy = policy
         for name, value in (("max_object_size", max_object_size), ("n_readers", n_readers)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -210,6 +236,9 @@ class SingleWriterShmObjectStorage:
             self._id_index: dict[int, str] = {}
             self._writer_flag: dict[int, int] = {}
             self._touched: set[int] = set()
+            self.forfeited = {}
+            self._forfeit_seen: set[int] = set()
+            self._forfeit_logged: set[tuple[int, int]] = set()
             self._intent: tuple | None = None
             self._wlock = threading.RLock()
             ring_buffer.reader_table = ReaderTable.create(
@@ -388,7 +417,10 @@ class SingleWriterShmObjectStorage:
                 address, monotonic_id = ring.reserve_buf(object_nbytes)
             except MemoryError:
                 self._free_unused()
-                address, monotonic_id = ring.reserve_buf(object_nbytes)
+                try:
+                    address, monotonic_id = ring.reserve_buf(object_nbytes)
+                except OutOfSpace as exc:
+                    raise OutOfSpace(str(exc) + self._head_blockers()) from None
             pending = ring._pending
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_write")
@@ -447,7 +479,12 @@ class SingleWriterShmObjectStorage:
 
     def default_is_free_check(self, id: int, buf: memoryview) -> bool:
         """Writer: reclaimable iff untouched and every reader slot has
-        acknowledged at least ``writer_flag[id]`` reads (RC per reader).
+        acknowledged at least ``writer_flag[id]`` reads (RC per reader), or
+        the slots that have not are *gone*: claimed by a reader view whose
+        lease ended (its process died or it closed; the kernel dropped the
+        slot's OFD lock).  A gone reader's promised reads are forfeited
+        (LEASE), counted in :attr:`forfeited` and logged once per reader;
+        a slot no reader has claimed yet keeps its reads owed, as in vLLM.
 
         ``buf`` (the chunk after its header) is part of vLLM's signature and
         not read: acknowledgements live in the reader table."""
@@ -455,7 +492,56 @@ class SingleWriterShmObjectStorage:
             return False
         promised = self._writer_flag.get(id, 0)
         reads = self.ring_buffer.reads_since_alloc(id)
-        return not reads or min(reads) >= promised  # every slot: reads >= promised
+        if not reads or min(reads) >= promised:  # every slot: reads >= promised
+            return True
+        table = self.ring_buffer.reader_table
+        owed = [r for r, n in enumerate(reads) if n < promised]
+        if self.lease_policy != "forfeit" or not all(table.owner_pid(r) and not table.alive(r) for r in owed):
+            return False
+        self._forfeit(id, owed, table)
+        return True
+
+    forfeited: dict[int, int]
+    """Writer: reader slot -> chunks reclaimed with reads that slot's gone
+    reader still owed (LEASE; see :meth:`default_is_free_check`)."""
+
+    def _forfeit(self, id: int, slots: list[int], table: ReaderTable) -> None:
+        if id in self._forfeit_seen:  # planned again (a reclaim re-planned): counted once
+            return
+        self._forfeit_seen.add(id)
+        for r in slots:
+            pid = table.owner_pid(r)
+            self.forfeited[r] = self.forfeited.get(r, 0) + 1
+            if (r, pid) not in self._forfeit_logged:
+                self._forfeit_logged.add((r, pid))
+                logger.info("reader slot %d (pid %d) is gone (its process died or it closed): the writer "
+                             "reclaims the chunks it still owed reads of, starting with id %d", r, pid, id)
+
+    def _head_blockers(self) -> str:
+        """Writer: why the oldest live chunk cannot be reclaimed, for an
+        ``OutOfSpace`` message (``""`` when nothing is live)."""
+        ring = self.ring_buffer
+        if ring._abs_start >= ring._abs_end:
+            return ""
+        head = ring._abs_start % ring.ID_MAX
+        key = self._id_index.get(head)
+        if head in self._touched:
+            return f"; the oldest chunk (id {head}, key {key!r}) is touched (release_touches() ends that)"
+        promised = self._writer_flag.get(head, 0)
+        reads = ring.reads_since_alloc(head)
+        table = ring.reader_table
+        owed = [r for r, n in enumerate(reads) if n < promised]
+        if not owed:
+            return ""
+        def whose(r: int) -> str:
+            pid = table.owner_pid(r)
+            if not pid:
+                return f"{r} (no reader attached yet)"
+            return f"{r} (pid {pid})" if table.alive(r) else f"{r} (pid {pid}, gone; lease_policy 'refuse' keeps its reads)"
+
+        who = ", ".join(whose(r) for r in owed)
+        return (f"; the oldest chunk (id {head}, key {key!r}) waits for {promised} read(s) by reader "
+                f"slot{'s' * (len(owed) > 1)} {who}")
 
     def reads(self, monotonic_id: int) -> tuple[int, ...]:
         """Writer: reads acknowledged for live chunk ``monotonic_id``, per

@@ -28,12 +28,16 @@ def test_impl_survives_every_process_fault(writer_lock):
 
 def test_mid_get_kill_reaches_the_pin_the_writer_must_pass():
     """impl: r1 dies at deserialize holding its hazard pin on h1; the writer's
-    puts wrap onto h1's bytes (address 256 = 0 mod B) and r2 reads every one."""
+    puts wrap onto h1's bytes (0 mod B) and r2 reads every one.  Every put
+    after the kill succeeds: the dead r1's reads are forfeited (LEASE)."""
     res = run_scenario(load_or_skip("impl"), "reader_killed_mid_get")
     kill = [s for s in res.steps if s["action"] == "SIGKILL"]
     assert kill and kill[0]["args"] == {"at": "deserialize"}
-    puts = [s["observed"] for s in res.steps if s["action"] == "put" and s["process"] == "writer"]
-    assert any(o.startswith("handle (256,") for o in puts), puts
+    after = res.steps[res.steps.index(kill[0]):]
+    puts = [s["observed"] for s in after if s["action"] == "put" and s["process"] == "writer"]
+    assert len(puts) == 6 and all(o.startswith("handle (") for o in puts), puts
+    handles = [tuple(map(int, o[len("handle ("):-1].split(", "))) for o in puts]
+    assert any(a % 256 == 0 and i > 0 for a, i in handles), handles  # over h1's bytes
     assert res.findings == []
 
 

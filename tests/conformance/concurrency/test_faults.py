@@ -89,18 +89,21 @@ def hard_limit():
 
 @pytest.fixture
 def make_pool(monkeypatch):
-    """Factory ``make(pin_timeout=PIN_TIMEOUT_LONG, keeps_buffer=False)``: a
-    ProcessPool on impl with a store open (B, 64, 2 readers).
+    """Factory ``make(pin_timeout=PIN_TIMEOUT_LONG, keeps_buffer=False,
+    lease_policy="forfeit")``: a ProcessPool on impl with a store open (B,
+    64, 2 readers).
 
-    ``PIN_TIMEOUT`` (and, for ``keeps_buffer``, the harness serde's flag) is
-    set before the fork.  Every pool is shut down afterwards, even when the
+    ``PIN_TIMEOUT``, the writer's default lease policy (and, for
+    ``keeps_buffer``, the harness serde's flag) are set before the fork.  Every pool is shut down afterwards, even when the
     test failed, and every segment it ever opened is removed.
     """
     pools: list[ProcessPool] = []
     seen: set[str] = set()
 
-    def make(pin_timeout: float = PIN_TIMEOUT_LONG, keeps_buffer: bool = False) -> ProcessPool:
+    def make(pin_timeout: float = PIN_TIMEOUT_LONG, keeps_buffer: bool = False,
+             lease_policy: str = "forfeit") -> ProcessPool:
         monkeypatch.setattr(impl_ring, "PIN_TIMEOUT", pin_timeout)
+        monkeypatch.setattr(SingleWriterShmObjectStorage, "LEASE_POLICY", lease_policy)
         if keeps_buffer:
             monkeypatch.setattr(ScheduledSerde, "keeps_buffer", True, raising=False)
         pool = ProcessPool(load_target("impl"), ("r1", "r2"), step_timeout=STEP_TIMEOUT)
@@ -358,8 +361,10 @@ def test_reader_killed_anywhere_blocks_nobody_and_frees_its_slot(make_pool, poin
     writer reclaims k0 and puts k4 over k0's bytes: its pin scan finds the dead
     reader's pin on a chunk that is no longer live and stops waiting at the
     first check (the kernel released the slot's OFD lock), far below
-    PIN_TIMEOUT.  r2 is never blocked and never gets a wrong object; the slot
-    is free again (a restarted r1 claims it)."""
+    PIN_TIMEOUT; k1 and k2, which only the dead r1 still owed a read of, go
+    with it (its lease ended: LEASE, the forfeit policy).  r2 is never
+    blocked and never gets a wrong object; the slot is free again (a
+    restarted r1 claims it)."""
     pool = make_pool(keeps_buffer=point == "payload_read")
     hs = reclaimable_head(pool)
     pinned = point in PINNED_POINTS
@@ -379,10 +384,11 @@ def test_reader_killed_anywhere_blocks_nobody_and_frees_its_slot(make_pool, poin
         t0 = time.monotonic()
         get_ok(pool, "r2", h)
         assert time.monotonic() - t0 < PROMPT
-    # ... but the writer ignores it at once: it reclaims k0 (read by both)
-    # and puts k4 over k0's bytes, with one pin_wait round at most.
+    # ... but the writer ignores it at once: it reclaims k0 (read by both),
+    # k1 and k2 (the dead r1's reads forfeited; free_unused frees up to two
+    # objects' bytes) and puts k4 over k0's bytes, with one pin_wait round at most.
     out, _ = run(pool, "writer", "free_unused", {})
-    assert out.result["error"] is None and [c.id for c in snapshot(pool).chunks] == [1, 2, 3]
+    assert out.result["error"] is None and [c.id for c in snapshot(pool).chunks] == [3]
     out, outs, seconds = put_timed(pool, "k4", 4)
     h4 = handle_from(out, "k4", data_for(4))
     assert (h4.address, h4.id) == (B, 4)  # physical offset 0: k0's bytes
@@ -520,7 +526,9 @@ def _blocking_reader(handle, lock, conn, h, sig, key):
 @pytest.mark.parametrize("kill", [None, "between_ops", "pin", "reader_check", "payload_read", "deserialize",
                                   "counter_increment"])
 def test_reader_killed_before_ack_pins_fifo_head_clear_recovers(make_pool, kill):
-    """r1 dies before acknowledging its read of k0 (at any yield point of the
+    """Under ``lease_policy="refuse"`` (vLLM's behaviour; the forfeit
+    policy's counterpart is the next test): r1 dies before acknowledging its
+    read of k0 (at any yield point of the
     get: the ack is its last step) or, ``between_ops``, after reading k0 and
     before reading k1.  Its slot keeps the dead reader's acks, so the oldest
     chunk it had not acknowledged is not reclaimable: once the ring is full
@@ -528,7 +536,7 @@ def test_reader_killed_before_ack_pins_fifo_head_clear_recovers(make_pool, kill)
     free_unused frees nothing.  r2 keeps reading every object right.
     clear() recovers: capacity is back; pre-clear handles drain (their own
     object until a later allocation reaches their bytes, then StaleHandle)."""
-    pool = make_pool(keeps_buffer=kill == "payload_read")
+    pool = make_pool(keeps_buffer=kill == "payload_read", lease_policy="refuse")
     hs = fill(pool)
     if kill is None:
         for h in hs:
@@ -590,16 +598,47 @@ def test_reader_killed_before_ack_pins_fifo_head_clear_recovers(make_pool, kill)
     assert shutdown_clean(pool) == []
 
 
+@pytest.mark.parametrize("kill", ["between_ops", "pin", "deserialize", "counter_increment"])
+def test_reader_killed_before_ack_forfeits_its_reads_and_the_writer_puts_on(make_pool, kill):
+    """The forfeit policy (impl's default, LEASE): r1 dies before
+    acknowledging its read of k0 (inside the get) or after reading k0
+    (``between_ops``).  The writer's next reclaim finds the slots that still
+    owe reads gone and drops those chunks: the ring wraps on put after put,
+    r2 reads every object right, and a reader that claims the slot
+    afterwards finds the forfeited handles stale (never another object)."""
+    pool = make_pool()
+    hs = fill(pool)
+    if kill == "between_ops":
+        get_ok(pool, "r1", hs[0])
+    else:
+        stop_reader(pool, "r1", hs[0], kill)
+    pool.kill("r1")
+    for h in hs:
+        get_ok(pool, "r2", h)
+    fresh = []
+    for i in range(4, 12):  # two laps of the ring, no clear(), no replacement reader
+        h = put(pool, f"k{i}", i)
+        get_ok(pool, "r2", h)
+        fresh.append(h)
+    live = [c.id for c in snapshot(pool).chunks]
+    assert len(live) >= 2 and live == [h.id for h in fresh[-len(live):]]  # the newest, FIFO
+    reattach(pool, "r1")
+    for h in hs:
+        assert get_error(pool, "r1", h) == "StaleHandle"
+    get_ok(pool, "r1", fresh[-1])
+    assert shutdown_clean(pool) == []
+
+
 @pytest.mark.parametrize("kill", ["between_ops", "reader_check", "counter_increment"])
 def test_restarted_reader_inherits_the_dead_readers_slot_and_promises(make_pool, kill):
-    """The kernel frees a dead reader's slot; a restarted reader (a new view)
+    """Under ``lease_policy="refuse"``: the kernel frees a dead reader's slot; a restarted reader (a new view)
     claims it -- the first free slot, 0 -- with the dead reader's pin cleared
     and its acks kept.  So it sees the store exactly as the dead reader left
     it: reads the dead reader made still count (no re-read is needed), and
     the promised reads it had not made are now the new reader's to make: its
     first read of the pinned head is counted in slot 0 and unpins the FIFO
     head, and the put that needed the room succeeds."""
-    pool = make_pool()
+    pool = make_pool(lease_policy="refuse")
     hs = fill(pool)
     if kill == "between_ops":
         get_ok(pool, "r1", hs[0])

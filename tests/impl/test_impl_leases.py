@@ -1,0 +1,194 @@
+"""impl's reader leases (SEMANTICS LEASE), in vLLM's construction: a writer
+built without the readers' lock, readers forked after it, each building its
+view from the writer's handle with one shared ``multiprocess.Lock()``.
+
+What holds today (issue 28, the first slice): a reader that is *gone* (its
+process died, inside a get or between two, or its view closed) has its
+promised reads forfeited at the writer's next reclaim, so the writer puts
+on with no ``clear()`` and no replacement reader, and the survivors get
+only their own objects.  A slot no reader has claimed yet keeps its reads
+owed (vLLM's), and an ``OutOfSpace`` names the reader slots whose reads pin
+the oldest chunk.  Before this, 19 of 60 puts succeeded after such a kill,
+then ``MemoryError`` on every put (issue 28's "Why")."""
+
+from __future__ import annotations
+
+import os
+import pickle
+import signal
+import threading
+import time
+from dataclasses import replace
+from typing import Any
+
+import multiprocess
+import pytest
+
+from shmspec.impl import SingleWriterShmObjectStorage, SingleWriterShmRingBuffer
+from shmspec.impl.serde import ObjectSerde
+from shmspec.model.errors import OutOfSpace
+
+RING, MAX_OBJECT, PAYLOAD, PUTS = 4096, 1024, 300, 60
+
+
+_DOOMED = [False]
+"""Set in the reader process that a ``("die", ...)`` value kills."""
+
+
+class KillingSerde(ObjectSerde):
+    """Pickle, except that a value ``("die", ...)`` SIGKILLs a doomed
+    reader's process inside ``deserialize``: inside its get, its hazard pin
+    held."""
+
+    def serialize(self, value: Any):
+        data = pickle.dumps(value)
+        return data, len(data), b"", 0
+
+    def deserialize(self, view: memoryview) -> Any:
+        value = pickle.loads(bytes(view))
+        if _DOOMED[0] and isinstance(value, tuple) and value[0] == "die":
+            os.kill(os.getpid(), signal.SIGKILL)
+        return value
+
+
+def _reader(handle, conn, doomed: bool) -> None:
+    _DOOMED[0] = doomed
+    view = SingleWriterShmObjectStorage.create_from_handle(handle)
+    conn.send("ready")
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        address, monotonic_id, sig, key = msg
+        try:
+            conn.send(("ok", view.get(address, monotonic_id, sig, key)))
+        except Exception as exc:  # noqa: BLE001 - reported to the test
+            conn.send(("error", f"{type(exc).__name__}: {exc}"))
+    view.close()
+
+
+@pytest.fixture
+def deployed():
+    """``make(n_readers, started=n_readers)`` -> ``(writer, [(process,
+    conn), ...])``: the writer in this process, ``started`` readers forked
+    after it (the first one doomed: see :class:`KillingSerde`); everything
+    closed afterwards."""
+    made: list[Any] = []
+    ctx = multiprocess.get_context("fork")
+
+    def make(n_readers: int = 2, started: int | None = None):
+        ring = SingleWriterShmRingBuffer(RING, create=True)
+        writer = SingleWriterShmObjectStorage(MAX_OBJECT, n_readers, ring, serde_class=KillingSerde)
+        made.append(writer)
+        handle = replace(writer.handle(), reader_lock=ctx.Lock())
+        readers = []
+        for i in range(started if started is not None else n_readers):
+            mine, theirs = ctx.Pipe()
+            p = ctx.Process(target=_reader, args=(handle, theirs, i == 0), daemon=True)
+            p.start()
+            assert mine.poll(10) and mine.recv() == "ready"
+            readers.append((p, mine))
+            made.append((p, mine))
+        return writer, readers
+
+    yield make
+    for m in reversed(made):
+        if isinstance(m, tuple):
+            p, conn = m
+            if p.is_alive():
+                try:
+                    conn.send(None)
+                except OSError:
+                    pass
+                p.join(5)
+            if p.is_alive():
+                p.kill()
+                p.join(5)
+        else:
+            m.close()
+
+
+def _put(writer, key: str, value: Any) -> tuple:
+    address, monotonic_id = writer.put(key, value)
+    return address, monotonic_id, writer.get_signature(key), key
+
+
+def _get(conn, handle: tuple, timeout: float = 10.0) -> tuple:
+    conn.send(handle)
+    assert conn.poll(timeout), "the reader did not answer"
+    return conn.recv()
+
+
+def _wait_dead(p, timeout: float = 10.0) -> None:
+    p.join(timeout)
+    assert p.exitcode == -signal.SIGKILL
+
+
+@pytest.mark.parametrize("where", ["inside its get", "between two gets"])
+def test_a_dead_reader_does_not_stop_the_writer_and_the_survivor_gets_its_own_objects(deployed, where):
+    writer, [(p1, c1), (p2, c2)] = deployed()
+    first = _put(writer, "k0", ("die", 0) if where == "inside its get" else ("v", 0))
+    assert _get(c2, first)[0] == "ok"
+    if where == "inside its get":
+        c1.send(first)  # its serde kills it inside the get, its pin held
+    else:
+        os.kill(p1.pid, signal.SIGKILL)
+    _wait_dead(p1)
+    t0 = time.monotonic()
+    for i in range(1, PUTS + 1):  # no clear(), no replacement reader: every put succeeds
+        value = ("v", i, os.urandom(PAYLOAD // 2).hex())
+        h = _put(writer, f"k{i}", value)
+        assert _get(c2, h) == ("ok", value)
+    assert time.monotonic() - t0 < 10  # within the pin wait's bound: nothing waited on the dead reader
+    assert writer.forfeited.get(0, 0) >= 1 and 1 not in writer.forfeited
+
+
+def test_a_slot_no_reader_has_claimed_keeps_its_reads_owed_and_the_error_names_it(deployed):
+    writer, [(p1, c1)] = deployed(n_readers=2, started=1)  # slot 1 never claimed: its reads stay owed (vLLM's)
+    with pytest.raises(OutOfSpace) as err:
+        for i in range(PUTS):
+            h = _put(writer, f"k{i}", ("v", i, "x" * PAYLOAD))
+            assert _get(c1, h)[0] == "ok"
+    msg = str(err.value)
+    assert msg.startswith("Not enough space in the data buffer")
+    assert "waits for 1 read(s) by reader slot 1 (no reader attached yet)" in msg and "key 'k0'" in msg
+    assert writer.forfeited == {}
+
+
+def test_the_error_names_the_live_reader_whose_unmade_reads_pin_the_head(deployed):
+    writer, [(p1, c1), (p2, c2)] = deployed()
+    with pytest.raises(OutOfSpace, match=rf"reader slot 0 \(pid {p1.pid}\)$"):
+        for i in range(PUTS):
+            _get(c2, _put(writer, f"k{i}", ("v", i, "x" * PAYLOAD)))  # reader slot 0 reads nothing
+
+
+def test_a_replacement_reader_in_the_dead_readers_slot_owes_its_reads_again(deployed):
+    """The lease is the view's, not the slot's: a new reader in the slot
+    (alive) makes the writer wait for its reads again, as vLLM's would."""
+    writer, [(p1, c1), (p2, c2)] = deployed()
+    os.kill(p1.pid, signal.SIGKILL)
+    _wait_dead(p1)
+    view = SingleWriterShmObjectStorage.create_from_handle(replace(writer.handle(), reader_lock=threading.Lock()))
+    try:
+        assert view._slot == 0
+        with pytest.raises(OutOfSpace, match=rf"reader slot 0 \(pid {os.getpid()}\)"):
+            for i in range(PUTS):
+                _get(c2, _put(writer, f"k{i}", ("v", i, "x" * PAYLOAD)))
+    finally:
+        view.close()
+
+
+def test_a_reader_that_closed_its_view_forfeits_what_it_still_owed():
+    ring = SingleWriterShmRingBuffer(RING, create=True)
+    writer = SingleWriterShmObjectStorage(MAX_OBJECT, 2, ring, serde_class=KillingSerde)
+    handle = replace(writer.handle(), reader_lock=threading.Lock())
+    views = [SingleWriterShmObjectStorage.create_from_handle(handle) for _ in range(2)]
+    try:
+        views[0].close()  # its lease ends with its view
+        for i in range(PUTS):
+            value = ("v", i, "x" * PAYLOAD)
+            assert views[1].get(*_put(writer, f"k{i}", value)) == value
+        assert writer.forfeited.get(0, 0) >= 1
+    finally:
+        views[1].close()
+        writer.close()
