@@ -61,6 +61,11 @@ class Profile:
             vLLM's ring docstring, every release, says only one
             process/thread should write; SW findings are then reported as not
             claimed and do not fail).
+        leases: the store declares reader leases (SEMANTICS.md, LEASE): a
+            reader's pins and promised reads end with its lease (its view
+            closed or its process died), so a dead reader never stops the
+            writer (impl's ``lease_policy="forfeit"``).  Without it LEASE is
+            not claimed.
     """
 
     name: str
@@ -76,6 +81,7 @@ class Profile:
     chunk_cap: bool = False
     clr: ClrContract = "drain"
     sw: SwContract = "one-thread"
+    leases: bool = False
 
 
 def impl_max_chunks(data_buffer_size: int) -> int:
@@ -110,6 +116,7 @@ IMPL = Profile(
     drain=True,
     chunk_cap=True,
     sw="threads",
+    leases=True,
 )
 IMPL_STRICT = Profile(
     "impl-strict",
@@ -125,6 +132,7 @@ IMPL_STRICT = Profile(
     chunk_cap=True,
     clr="strict",
     sw="threads",
+    leases=True,
 )
 """impl's contract with the stricter CLR: no handle issued before a
 ``clear()`` resolves after it (for stores that choose it)."""

@@ -110,8 +110,10 @@ PROPERTIES: tuple[Property, ...] = (
              severity=14, kind='liveness', checkers=frozenset(['faults'])),
     Property('SW', 'two threads using one writer at once are serialized or refused: no exception outside the taxonomy, no key without its live chunk or chunk without its key, no handle that reads back wrong',
              severity=15, kind='safety', checkers=frozenset(['threads']), contracts=("threads", "one-thread")),
+    Property('LEASE', "(a store that declares reader leases) a reader's pins and promised reads end with its lease: once a reader is gone, the survivors' puts succeed and read back right; a MemoryError names the readers whose reads pin the head",
+             severity=18, kind='liveness', checkers=frozenset(['faults'])),
     Property('CONFORMANCE', "the target's outcomes and state agree with the reference model",
-             severity=18, kind='refinement', checkers=frozenset(['boundary', 'free', 'lockstep'])),
+             severity=19, kind='refinement', checkers=frozenset(['boundary', 'free', 'lockstep'])),
 )
 """Every property, in report order (SEMANTICS.md's order, then CONFORMANCE)."""
 

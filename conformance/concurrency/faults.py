@@ -20,6 +20,9 @@ session config) and SIGKILLs one process at a chosen yield point:
 
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
+LEASE (a target whose profile declares reader leases, impl): after a
+reader was killed, every put of the survivors succeeds: the dead reader's
+promised reads end with its lease, so they never pin the ring.
 LIVE: every operation of a live process returns within :data:`LIVE_BOUND`
 seconds, whatever the killed process held; a step that does not is
 reported with the yield point it waits at and what the dead process held.
@@ -83,6 +86,8 @@ class _Run:
         self.res = res
         self.killed: str | None = None
         self.held = ""
+        self.leases = bool(getattr(pool.target.profile, "leases", False))
+        """The target declares reader leases: a put the dead reader's reads block is a LEASE finding."""
 
     def row(self, process: str, action: str, args: dict, observed: str, violations=()) -> None:
         self.res.steps.append({"index": len(self.res.steps), "process": process, "action": action,
@@ -177,7 +182,12 @@ def _survive(run: _Run, reader: str, start: int) -> None:
         if h is None:
             if run.res.findings:
                 return
-            continue  # out of space (a chunk the dead reader owed stays): not a LIVE matter
+            if run.leases and run.killed not in (None, "writer"):
+                run.finding("LEASE", f"the writer's put of k{i} failed ({run.res.steps[-1]['observed'][:160]}) "
+                                     f"after {_label(run.killed)} was killed {run.held}: the dead reader's promised "
+                                     "reads still pin the ring (its lease did not end with its process)")
+                return
+            continue  # out of space (a chunk the dead reader owed stays): no lease declared, not a LIVE matter
         if not run.get(reader, h, data):
             return
 

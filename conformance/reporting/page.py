@@ -245,6 +245,9 @@ WHY: dict[str, str] = {
     "PROG": "A count threshold that can no longer be reached pins the oldest chunk, and FIFO reclaim stops at it.",
     "LIVE": "A wait depends on another process's progress without a bound: a lock a killed process held (no "
             "robust release), or a spin on a flag only that process would set.",
+    "LEASE": "The writer kept counting the reads a gone reader still owed (its process dead, its slot's lock "
+             "released by the kernel), so the oldest chunk stayed pinned and every put after the ring wrapped "
+             "failed, although the store declares reader leases.",
     "SW": "The writer's state (the ring's tail, the key index) changes in several steps with no lock around them, "
           "so two threads interleaved between the steps.",
     "CONFORMANCE": "The target's outcome or state differs from the model's for the same step: a behaviour the "

@@ -16,7 +16,7 @@ from helpers import ROOT
 
 def test_one_entry_per_property_and_every_list_derived():
     ids = [p.id for p in P.PROPERTIES]
-    assert len(ids) == len(set(ids)) == 18
+    assert len(ids) == len(set(ids)) == 19
     assert ids[-1] == "CONFORMANCE"
     assert P.PROPERTY_IDS == tuple(ids[:-1])
     assert sorted(p.severity for p in P.PROPERTIES) == list(range(1, len(ids) + 1))
@@ -110,7 +110,7 @@ def test_the_properties_command_shows_where_a_property_is_checked(capsys):
     assert set(entry["checked_by"]) == set(P.BY_ID["NRR"].checkers)
     assert entry["rendered_by"].endswith(":violation_panel")
     assert main(["properties"]) == 0
-    assert "18 properties" in capsys.readouterr().out
+    assert "19 properties" in capsys.readouterr().out
     assert main(["properties", "NOPE"]) == 2
     assert "unknown property NOPE" in capsys.readouterr().err
 

@@ -41,7 +41,7 @@ against an opposing operation (conformance/concurrency/races.py); runs before th
 Hypothesis-drawn schedules, so a one-preemption race is found whatever the seed."""
 CONTROLLED = Campaign("controlled", frozenset(), CONTROLLED_CHECKS, mode="controlled")
 """Writer and reader processes under schedules Hypothesis draws (conformance/concurrency/schedule.py)."""
-FAULTS = Campaign("faults", frozenset(), frozenset({"LIVE", "NRR"}), mode="faults")
+FAULTS = Campaign("faults", frozenset(), frozenset({"LEASE", "LIVE", "NRR"}), mode="faults")
 """Process faults (conformance/concurrency/faults.py): a reader SIGKILLed in the reader
 lock and mid-get, the writer mid-put; LIVE and NRR for the survivors."""
 SW_CAMPAIGN = Campaign("sw", frozenset(), frozenset({"SW"}), mode="threads")
@@ -105,6 +105,10 @@ def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) 
 
     t0 = time.monotonic()
     res.rates = {"live_bound_seconds": LIVE_BOUND, "scenarios": {}}
+    if not target.profile.leases and "LEASE" in res.checks:
+        res.checks.remove("LEASE")
+        res.not_claimed["LEASE"] = (f"profile {target.profile.name} declares no reader leases: a dead reader's "
+                                    "promised reads stay owed (SEMANTICS LEASE is for stores that declare them)")
     for name in SCENARIOS:
         try:
             sr = run_scenario(target, name, base.writer_lock, base.start_method)

@@ -64,3 +64,17 @@ def test_seeded_fault_dead_pin_waited_is_caught():
 def test_unknown_scenario_is_a_clear_error():
     with pytest.raises(ValueError, match="unknown fault scenario 'nope'"):
         run_scenario(load_or_skip("impl"), "nope")
+
+
+def test_lease_is_checked_on_impl_found_on_a_writer_that_never_forfeits_and_not_claimed_by_vllm():
+    impl = _campaign("impl")
+    assert "LEASE" in impl.checks and impl.violations == [] and impl.completed
+    owed = _campaign(f"file:{MUTANTS_DIR / 'dead_reader_owed.py'}")
+    lease = [v for v in owed.violations if v.property == "LEASE"]
+    assert lease and lease[0].config["scenario"] == "reader_killed_mid_get"
+    assert "failed (OutOfSpace) after reader r1 was killed paused at deserialize" in lease[0].message
+    assert replay_fault(f"file:{MUTANTS_DIR / 'dead_reader_owed.py'}", lease[0].config, "LEASE").startswith("LEASE")
+    assert replay_fault("impl", lease[0].config, "LEASE") is None  # fixed: the same scenario holds on impl
+    vllm = _campaign("vllm==0.33.0")
+    assert "LEASE" not in vllm.checks and "declares no reader leases" in vllm.not_claimed["LEASE"]
+    assert not [v for v in vllm.violations if v.property == "LEASE"]

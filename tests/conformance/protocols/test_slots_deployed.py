@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from dataclasses import replace
 
 import pytest
@@ -75,7 +76,16 @@ def test_every_process_fault_ends_in_the_queues_timeout_with_the_survivors_whole
     dep = D.Deployment(fault=fault, at=5, timeout=0.5, reuse=queue.origin == "impl")
     out = D.run(queue, dep)
     steps = D.judge(out)
-    assert _violations(steps) == [], [(s.process, s.action, s.observed) for s in steps[-6:]]
+    found = _violations(steps)
+    if found and queue.origin != "impl":
+        # vLLM's reader loses an overflow message whose frames came after its 0.25 s wait ended (a loaded
+        # machine: the writer descheduled between the chunk's publish and the send); the stall fault shows
+        # it on every run (test_a_readers_wait_that_ends_between_...); nothing else may appear
+        lost = [int(m.group(1)) for *_, msg in found if (m := re.search(r"where message (\d+) was next \(lost\)", msg))]
+        assert lost and {p for _, _, p, _ in found} == {"FIFO"}, found
+        assert all(D.plan(dep)[n] in D.OVER_SOCKET for n in lost), (lost, D.plan(dep))
+        return
+    assert found == [], [(s.process, s.action, s.observed) for s in steps[-6:]]
     dead = "writer" if fault.startswith("writer") else "r1"
     assert out.exitcodes[dead] == -9
     sent = [e[1] for e in out.writer if e[0] == "sent"]
