@@ -15,8 +15,11 @@ until ``deserialize`` returns (docs/impl-protocol.md), so the one copy a get
 costs is the serde's own.  A serde must therefore copy whatever it keeps (as
 vLLM's ``MsgpackSerde`` does with ``share_mem=False``): the view, a slice of
 it or an object exporting its buffer must not outlive the call.  impl
-releases the view afterwards and raises ``BufferError`` when the value still
-exports it.  A serde that wants to keep its input declares ``keeps_buffer =
+releases the view afterwards and raises ``BufferError`` (the read not
+acknowledged) when anything the value keeps still holds shared memory: the
+view, a slice or cast of it, a memoryview or ``np.frombuffer`` over it, a
+``PickleBuffer``, a pickle-5 out-of-band buffer, ctypes ``from_buffer``
+(SEMANTICS ALIAS; tests/impl/test_impl_alias.py).  A serde that wants to keep its input declares ``keeps_buffer =
 True``: it is handed a private immutable ``bytes`` copy instead (one more
 copy), which it may alias in the value it returns.  vLLM's stores hand a
 view of shared memory without a pin: there a serde must copy, and even then

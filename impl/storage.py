@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import logging
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from typing import Any
@@ -682,7 +683,9 @@ class SingleWriterShmObjectStorage:
         :class:`BadHandleFields`, :class:`MissingSignature`,
         :class:`BadSignature` or :class:`StaleHandle` (all ``ValueError``),
         ``WrongProcess`` in a forked copy of the view, ``BufferError`` when
-        the serde kept the shared view (see :mod:`shmspec.impl.serde`).
+        the value keeps any view of shared memory (ALIAS: the view, a slice,
+        an array or buffer over it; the read is then not acknowledged; see
+        :mod:`shmspec.impl.serde`).
 
         Writer: ``(address, id)`` must be a live chunk of its private metadata
         (else :class:`StaleHandle`); no signature is needed.  Counted only when
@@ -725,18 +728,34 @@ class SingleWriterShmObjectStorage:
             return self.ser_de.deserialize(memoryview(payload))
         if yieldpoints.HOOK is not None:
             yieldpoints.HOOK("deserialize")
-        view = region[lo:hi]
+        # ALIAS: the serde's view hangs on a managed buffer of its own, made from the segment's mapping for
+        # this call.  Once the view and its base are released that buffer goes, and with it its reference to
+        # the mapping, unless something the serde made still holds a view derived from it (a slice,
+        # np.frombuffer, a PickleBuffer, a pickle-5 out-of-band buffer, ctypes from_buffer): then the
+        # mapping's reference count stays up and the get raises BufferError.
+        mm = ring.shared_memory._mmap
+        refs = sys.getrefcount(mm)
+        base = memoryview(mm)
+        view = base[layout.DATA_OFFSET + lo : layout.DATA_OFFSET + hi]
+        kept = False
         try:
-            value = self.ser_de.deserialize(view)
+            value = self.ser_de.deserialize(view)  # if it raises, its exception goes up (no value escapes)
+            kept = value is view  # (released below: a dead view, but never what the caller wanted)
         finally:
-            try:
-                view.release()
-            except BufferError:
-                raise BufferError(
-                    f"{type(self.ser_de).__name__}.deserialize kept a view of shared memory, which the writer "
-                    "reuses once the chunk is reclaimed; copy what the value keeps, or declare "
-                    "keeps_buffer = True on the serde class to be handed a private copy"
-                ) from None
+            for v in (view, base):
+                try:
+                    v.release()
+                except BufferError:
+                    kept = True
+            del view, base
+        if kept or sys.getrefcount(mm) != refs:
+            del value
+            raise BufferError(
+                f"{type(self.ser_de).__name__}.deserialize kept a view of shared memory in its value (the view, "
+                "a slice of it, or an array or buffer made over it), which the writer reuses once the chunk is "
+                "reclaimed; copy what the value keeps, or declare keeps_buffer = True on the serde class to be "
+                "handed a private copy"
+            )
         return value
 
     def _writer_get(self, address: Any, monotonic_id: Any) -> Any:
