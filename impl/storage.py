@@ -38,6 +38,11 @@ from .serde import ObjectSerde, PickleSerde
 
 logger = logging.getLogger(__name__)
 
+CLOSE_WAIT = 2.0
+"""Seconds a reader view's ``close()`` waits for a ``get`` running in another
+thread before it leaves the close to that read (module-level, read at every
+close)."""
+
 LEASE_POLICIES = ("forfeit", "refuse")
 """What the writer does with the reads a *gone* reader still owed (its view
 closed, or its process died: the kernel dropped its slot's OFD lock).
@@ -253,6 +258,7 @@ class SingleWriterShmObjectStorage:
                 raise
             ring_buffer.reader_table = table
             self._rlock = threading.Lock()
+            self._closing = False
             self._seq = 0
             # per-view constants of the read path (released with the segments)
             self._words = table.words
@@ -693,8 +699,20 @@ class SingleWriterShmObjectStorage:
         """
         if self.is_writer:
             return self._writer_get(address, monotonic_id)
+        if self._closing:
+            raise ValueError("Buffer has been closed")
         cand = self._authenticate(address, monotonic_id, signature, key)
+        try:
+            return self._pinned_get(cand, address, monotonic_id)
+        finally:
+            if self._closing:  # a close() from another thread left the close to this read
+                with self._rlock:
+                    self._close_now()
+
+    def _pinned_get(self, cand: int, address: int, monotonic_id: int) -> Any:
         with self._rlock:
+            if self._closing:
+                raise ValueError("Buffer has been closed")
             if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
             words, at = self._words, self._pin_at
@@ -806,7 +824,29 @@ class SingleWriterShmObjectStorage:
     # ------------------------------------------------------------- lifecycle
     def close(self) -> None:
         """Close the segments (the writer also unlinks them); a reader gives
-        its slot back; idempotent."""
+        its slot back; idempotent.
+
+        A reader view whose ``get`` is running in another thread waits for
+        that read to end, up to :data:`CLOSE_WAIT` seconds; past that the
+        close is left to the read, which makes it when it ends: the pin and
+        the slot are never given up under a read in flight, so the writer
+        never reuses memory it is reading (issue 28).  A ``get`` begun once
+        ``close`` was called raises ``ValueError("Buffer has been closed")``."""
+        if not self.is_writer:
+            self._closing = True
+            if not self._rlock.acquire(timeout=CLOSE_WAIT):
+                return  # the read in flight closes the view when it ends (see get)
+            try:
+                self._close_now()
+            finally:
+                self._rlock.release()
+            return
+        self._close_now()
+
+    def _close_now(self) -> None:
+        if getattr(self, "_closed_now", False):
+            return
+        self._closed_now = True
         table = self.ring_buffer.reader_table
         if not self.is_writer and table is not None and self._slot is not None and os.getpid() == self._pid:
             table.release(self._slot)

@@ -2,14 +2,16 @@
 built without the readers' lock, readers forked after it, each building its
 view from the writer's handle with one shared ``multiprocess.Lock()``.
 
-What holds today (issue 28, the first slice): a reader that is *gone* (its
+What holds today (issue 28, first slices): a reader that is *gone* (its
 process died, inside a get or between two, or its view closed) has its
 promised reads forfeited at the writer's next reclaim, so the writer puts
 on with no ``clear()`` and no replacement reader, and the survivors get
 only their own objects.  A slot no reader has claimed yet keeps its reads
 owed (vLLM's), and an ``OutOfSpace`` names the reader slots whose reads pin
 the oldest chunk.  Before this, 19 of 60 puts succeeded after such a kill,
-then ``MemoryError`` on every put (issue 28's "Why")."""
+then ``MemoryError`` on every put (issue 28's "Why").  And a reader view's
+``close()`` from another thread never gives up the pin under a ``get`` in
+flight (before, the in-flight get deserialized the next object's bytes)."""
 
 from __future__ import annotations
 
@@ -191,4 +193,67 @@ def test_a_reader_that_closed_its_view_forfeits_what_it_still_owed():
         assert writer.forfeited.get(0, 0) >= 1
     finally:
         views[1].close()
+        writer.close()
+
+
+class _Gate:
+    """Held open by the test: a deserialize that waits on it (bounded)."""
+
+    entered = threading.Event()
+    go = threading.Event()
+
+
+class BlockingSerde(KillingSerde):
+    def deserialize(self, view: memoryview) -> Any:
+        _Gate.entered.set()
+        assert _Gate.go.wait(20)
+        return super().deserialize(view)
+
+
+@pytest.mark.parametrize("wait", ["the read ends within the wait", "the read outlasts the wait"])
+def test_close_under_a_get_in_another_thread_never_gives_up_the_pin_under_the_read(monkeypatch, wait):
+    from shmspec.impl import ring as impl_ring
+    from shmspec.impl import storage
+
+    monkeypatch.setattr(storage, "CLOSE_WAIT", 5.0 if wait == "the read ends within the wait" else 0.2)
+    monkeypatch.setattr(impl_ring, "PIN_TIMEOUT", 0.3)
+    _Gate.entered.clear()
+    _Gate.go.clear()
+    ring = SingleWriterShmRingBuffer(RING, create=True)
+    writer = SingleWriterShmObjectStorage(MAX_OBJECT, 1, ring, serde_class=BlockingSerde)
+    view = SingleWriterShmObjectStorage.create_from_handle(replace(writer.handle(), reader_lock=threading.Lock()))
+    try:
+        first = ("v", 0, "x" * PAYLOAD)
+        h = _put(writer, "k0", first)
+        got: list = []
+        t = threading.Thread(target=lambda: got.append(view.get(*h)))
+        t.start()
+        assert _Gate.entered.wait(10)
+        closer = threading.Thread(target=view.close)
+        closer.start()
+        if wait == "the read ends within the wait":
+            time.sleep(0.2)
+            assert closer.is_alive()  # close waits for the read
+            _Gate.go.set()
+        else:
+            closer.join(5)
+            assert not closer.is_alive()  # past CLOSE_WAIT: the close is left to the read
+            writer.clear()  # the writer now wants k0's bytes: the read's pin still holds them
+            from shmspec.model.errors import ReaderStalled
+
+            with pytest.raises(ReaderStalled):
+                for i in range(1, PUTS):
+                    _put(writer, f"k{i}", ("v", i, "y" * PAYLOAD))
+            _Gate.go.set()
+        t.join(10)
+        closer.join(10)
+        assert got == [first]  # its own object, never the bytes of a later put
+        with pytest.raises(ValueError, match="Buffer has been closed"):
+            view.get(*h)
+        assert view._closed_now  # the close was made, by close() or by the read
+        for i in range(PUTS, PUTS + 20):  # the slot and its pin are given up: the writer reuses the memory
+            _put(writer, f"k{i}", ("v", i, "z" * PAYLOAD))
+    finally:
+        _Gate.go.set()
+        view.close()
         writer.close()
