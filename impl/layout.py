@@ -61,11 +61,14 @@ TBL_N_READERS = 1
 TBL_MAX_OBJECT = 2
 TBL_DATA_BYTES = 3
 TBL_MAX_CHUNKS = 4
+TBL_LEASE_US = 5  # the writer's lease time in microseconds; 0: no lease time (no revocation)
 TABLE_HEADER_BYTES = 64
 SLOT_HEADER_BYTES = 64
 # slot header words
 SLOT_OWNER_PID = 0
 SLOT_PIN = 1
+SLOT_EPOCH = 2  # the reader's lease epoch (the reader writes it)
+SLOT_REVOKED = 3  # the epoch the writer revoked (the one word of a slot the writer writes)
 
 PIN_ABS_BITS = 48
 PIN_ABS_MASK = (1 << PIN_ABS_BITS) - 1

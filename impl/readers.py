@@ -13,9 +13,14 @@ What lives in slot ``r`` (docs/impl-protocol.md):
 * ``pin``: ``(seq << 48) | (abs + 1)`` while reader ``r`` reads allocation
   ``abs``, else 0 (the hazard pointer the writer honours before reusing memory);
 * ``ack[k mod K]``: how many reads of allocation ``k`` reader ``r`` has made
-  since the slot was last re-based (the writer keeps the base).
+  since the slot was last re-based (the writer keeps the base);
+* ``epoch``: reader ``r``'s lease epoch, and ``revoked``: the epoch the
+  writer revoked (a store with a lease time, ``TBL_LEASE_US``): the lease
+  is revoked while ``revoked == epoch``; the reader renews it (``epoch + 1``)
+  at its next get.
 
-Only reader ``r`` writes its slot; the writer only reads it.
+Only reader ``r`` writes its slot, except ``revoked``, which only the
+writer writes.
 """
 
 from __future__ import annotations
@@ -76,6 +81,8 @@ class ReaderTable:
         self.max_chunks = self.words[layout.TBL_MAX_CHUNKS]
         self.max_object_size = self.words[layout.TBL_MAX_OBJECT]
         self.data_bytes = self.words[layout.TBL_DATA_BYTES]
+        self.lease_us = self.words[layout.TBL_LEASE_US]
+        """The writer's lease time (microseconds; 0: none)."""
         self._slot_words = layout.slot_bytes(self.max_chunks) // 8
         self._base = layout.TABLE_HEADER_BYTES // 8
         self._closed = False
@@ -87,7 +94,7 @@ class ReaderTable:
     # ------------------------------------------------------------ lifecycle
     @classmethod
     def create(cls, ring_name: str, n_readers: int, max_chunks: int, data_bytes: int,
-               max_object_size: int) -> "ReaderTable":
+               max_object_size: int, lease_us: int = 0) -> "ReaderTable":
         """Writer: create and reserve the table (raises ``SharedMemoryFull``).
         Any exception before it is returned (a KeyboardInterrupt from a
         cancelled run included) unlinks the half-made table."""
@@ -98,6 +105,7 @@ class ReaderTable:
             words[layout.TBL_MAX_OBJECT] = max_object_size
             words[layout.TBL_DATA_BYTES] = data_bytes
             words[layout.TBL_MAX_CHUNKS] = max_chunks
+            words[layout.TBL_LEASE_US] = lease_us
             words[layout.TBL_MAGIC] = layout.TABLE_MAGIC  # last: the table is complete
             words.release()
             return cls(shm, owner=True)
@@ -181,6 +189,7 @@ class ReaderTable:
                 continue
             w = self.words
             w[self.pin_index(r)] = 0
+            w[self.slot_word(r, layout.SLOT_EPOCH)] = w[self.slot_word(r, layout.SLOT_REVOKED)] + 1  # a fresh lease
             w[self.slot_word(r, layout.SLOT_OWNER_PID)] = os.getpid()
             _CLAIMING.add(self)
             return r
@@ -194,6 +203,18 @@ class ReaderTable:
         if _HAS_OFD:
             with suppress(OSError):
                 _flock(self.shm._fd, fcntl.F_OFD_SETLK, fcntl.F_UNLCK, layout.slot_offset(reader, self.max_chunks))
+
+    def revoked(self, reader: int) -> bool:
+        """Whether reader ``reader``'s current lease is revoked (writer or reader side)."""
+        w = self.words
+        return w[self.slot_word(reader, layout.SLOT_REVOKED)] == w[self.slot_word(reader, layout.SLOT_EPOCH)]
+
+    def revoke(self, reader: int) -> None:
+        """Writer: revoke reader ``reader``'s current lease, then fence (before
+        any reuse of memory it pinned)."""
+        w = self.words
+        w[self.slot_word(reader, layout.SLOT_REVOKED)] = w[self.slot_word(reader, layout.SLOT_EPOCH)]
+        fence()
 
     def alive(self, reader: int) -> bool:
         """Whether a live view still holds slot ``reader`` (writer side)."""

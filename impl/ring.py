@@ -369,13 +369,19 @@ class SingleWriterShmRingBuffer:
     @staticmethod
     def _wait_unpinned(table: ReaderTable, reader: int, word: int) -> None:
         """Wait until reader ``reader``'s pin is no longer ``word``, or its slot
-        is released, or :data:`PIN_TIMEOUT` seconds (``ReaderStalled``).  With
+        is released, or :data:`PIN_TIMEOUT` seconds (``ReaderStalled``).  A
+        store with a lease time (``table.lease_us``) waits that long instead
+        and then revokes the reader's lease (it never raises ``ReaderStalled``);
+        a revoked lease ends the wait at once.  With
         a yield-point hook attached, every round is the ``pin_wait`` point (a
         scheduler lets the reader move in between)."""
         words, at = table.words, table.pin_index(reader)
         deadline = None
         spins = 0
+        lease = table.lease_us / 1e6
         while words[at] == word:
+            if lease and table.revoked(reader):  # revoked before: its reads no longer hold memory
+                return
             spins += 1
             hooked = yieldpoints.HOOK is not None
             if hooked:
@@ -385,10 +391,13 @@ class SingleWriterShmRingBuffer:
             elif spins < 200:
                 continue
             if deadline is None:
-                deadline = time.monotonic() + PIN_TIMEOUT
+                deadline = time.monotonic() + (lease or PIN_TIMEOUT)
             if (hooked or spins % 16 == 0) and not table.alive(reader):
                 return
             if time.monotonic() > deadline:
+                if lease:  # LEASE: one read lasted past the lease time: revoke it and go on
+                    table.revoke(reader)
+                    return
                 raise ReaderStalled(PIN_TIMEOUT, reader, table.owner_pid(reader))
             if not hooked:
                 time.sleep(0 if spins < 2000 else 0.0005)

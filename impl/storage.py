@@ -14,6 +14,7 @@ import logging
 import os
 import sys
 import threading
+import time
 from dataclasses import dataclass
 from typing import Any
 
@@ -198,6 +199,11 @@ class SingleWriterShmObjectStorage:
     LEASE_POLICY = "forfeit"
     """The writer's lease policy when the constructor is given none (one of
     :data:`LEASE_POLICIES`)."""
+    LEASE_SECONDS: float | None = None
+    """The writer's lease time when the constructor is given none: None, no
+    lease time (a stopped reader's pin makes a put wait ``PIN_TIMEOUT``, then
+    ``ReaderStalled``); seconds, a get copies its bytes out under its pin
+    and the writer revokes the lease of a read that lasts longer."""
 
     writer_uses_reader_lock = False
     """impl's writer takes no lock on any path (harnesses built version-1
@@ -211,11 +217,17 @@ class SingleWriterShmObjectStorage:
         serde_class: type[ObjectSerde] = PickleSerde,
         reader_lock: Any | None = None,
         lease_policy: str | None = None,
+        lease_seconds: float | None = None,
     ):
         policy = self.LEASE_POLICY if lease_policy is None else lease_policy
         if policy not in LEASE_POLICIES:
             raise ValueError(f"lease_policy must be one of {', '.join(map(repr, LEASE_POLICIES))}, got {policy!r}")
         self.lease_policy = policy
+        if lease_seconds is None:
+            lease_seconds = self.LEASE_SECONDS
+        if lease_seconds is not None and (isinstance(lease_seconds, bool) or not isinstance(lease_seconds, (int, float))
+                                          or not 0 < lease_seconds < 1e6):
+            raise ValueError(f"lease_seconds must be a number of seconds in (0, 1e6) or None, got {lease_seconds!r}")
         for name, value in (("max_object_size", max_object_size), ("n_readers", n_readers)):
             if not isinstance(value, int) or isinstance(value, bool) or value <= 0:
                 raise ValueError(f"{name} must be a positive int, got {value!r}")
@@ -247,8 +259,10 @@ class SingleWriterShmObjectStorage:
             self._forfeit_logged: set[tuple[int, int]] = set()
             self._intent: tuple | None = None
             self._wlock = threading.RLock()
+            self._pins_seen: dict[int, tuple[int, float]] = {}
             ring_buffer.reader_table = ReaderTable.create(
-                name, n_readers, ring_buffer.max_chunks, ring_buffer.data_buffer_size, max_object_size)
+                name, n_readers, ring_buffer.max_chunks, ring_buffer.data_buffer_size, max_object_size,
+                lease_us=round(lease_seconds * 1e6) if lease_seconds else 0)
         else:
             table = ReaderTable.attach(name, n_readers, max_object_size)
             try:
@@ -265,6 +279,10 @@ class SingleWriterShmObjectStorage:
             self._pin_at = table.pin_index(self._slot)
             self._ack_at = table.ack_index(self._slot, 0)
             self._max_chunks = table.max_chunks
+            self._epoch_at = table.slot_word(self._slot, layout.SLOT_EPOCH)
+            self._revoked_at = table.slot_word(self._slot, layout.SLOT_REVOKED)
+        self.lease_seconds = ring_buffer.reader_table.lease_us / 1e6 or None
+        """The writer's lease time in seconds (readers read it from the table), or None."""
 
     # ------------------------------------------------------ writer indexes
     @property
@@ -503,9 +521,35 @@ class SingleWriterShmObjectStorage:
             return True
         table = self.ring_buffer.reader_table
         owed = [r for r, n in enumerate(reads) if n < promised]
-        if self.lease_policy != "forfeit" or not all(table.owner_pid(r) and not table.alive(r) for r in owed):
+        if self.lease_policy != "forfeit" or not all(self._gone(table, r) for r in owed):
             return False
         self._forfeit(id, owed, table)
+        return True
+
+    def _gone(self, table: ReaderTable, r: int) -> bool:
+        """Writer: whether reader slot ``r``'s lease has ended: claimed and no
+        longer held (dead or closed), or, with a lease time, revoked, or now
+        revoked because one pin of it has stayed for the lease time (a read
+        that lasted past it: a stopped or hung reader)."""
+        if not table.owner_pid(r):
+            return False
+        if not table.alive(r):
+            return True
+        lease = self.lease_seconds
+        if not lease:
+            return False
+        if table.revoked(r):
+            return True
+        word, now = table.words[table.pin_index(r)], time.monotonic()
+        seen = self._pins_seen.get(r)
+        if not word or seen is None or seen[0] != word:
+            self._pins_seen[r] = (word, now)
+            return False
+        if now - seen[1] < lease:
+            return False
+        table.revoke(r)
+        logger.info("reader slot %d (pid %d) has been inside one read for over %g s: its lease is revoked",
+                    r, table.owner_pid(r), lease)
         return True
 
     forfeited: dict[int, int]
@@ -716,6 +760,8 @@ class SingleWriterShmObjectStorage:
             if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
             words, at = self._words, self._pin_at
+            if self.lease_seconds:
+                return self._leased_get(cand, address, monotonic_id)
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("pin")
             self._seq += 1
@@ -730,6 +776,48 @@ class SingleWriterShmObjectStorage:
                     words[self._ack_at + cand % self._max_chunks] += 1
             finally:
                 words[at] = 0
+        return value
+
+    def _leased_get(self, cand: int, address: int, monotonic_id: int) -> Any:
+        """A get on a store with a lease time (under ``_rlock``): the bytes are
+        copied out under the pin, and kept only if the lease was not revoked
+        once the copy was made (the writer revokes, fences, and only then
+        reuses memory); then the read is acknowledged and the serde
+        deserializes the private copy, the pin still up, so that a get stuck
+        anywhere (a stopped process) is one the writer sees and revokes after
+        the lease time.  A get whose lease was revoked raises
+        :class:`StaleHandle`.  A revoked lease is renewed first (the reader's
+        reads count again from here)."""
+        words, at = self._words, self._pin_at
+        if words[self._revoked_at] == words[self._epoch_at]:
+            words[self._epoch_at] += 1
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("pin")
+        self._seq += 1
+        try:
+            words[at] = pin_word(self._seq, cand)
+            fence()
+            live, size = self._validate(cand, address, monotonic_id)
+            ring = self.ring_buffer
+            lo = address % ring.data_buffer_size + _OBJECT_HEADER
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("payload_read")
+            payload = bytes(ring.data_region[lo : lo - _OBJECT_HEADER + size])
+            fence()
+            if words[self._revoked_at] == words[self._epoch_at]:  # revoked during the copy: it may be torn
+                raise StaleHandle(address, monotonic_id)
+            if live:
+                if yieldpoints.HOOK is not None:
+                    yieldpoints.HOOK("counter_increment")
+                words[self._ack_at + cand % self._max_chunks] += 1
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("deserialize")
+            value = self.ser_de.deserialize(memoryview(payload))  # the private copy, the pin still up:
+            if words[self._revoked_at] == words[self._epoch_at]:  # a get that outlasted its lease fails
+                del value
+                raise StaleHandle(address, monotonic_id)
+        finally:
+            words[at] = 0
         return value
 
     def _deserialize(self, address: int, size: int) -> Any:

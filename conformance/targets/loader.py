@@ -130,7 +130,7 @@ def detect_profile(module: ModuleType) -> Profile:
     return VLLM_0_11
 
 
-TARGET_FORMS = ("use impl, file:PATH or vllm==X.Y.Z (the object store); impl-queue, queue:file:PATH, "
+TARGET_FORMS = ("use impl, impl-leased, file:PATH or vllm==X.Y.Z (the object store); impl-queue, queue:file:PATH, "
                 "vllm-queue==X.Y.Z or sglang-queue==X.Y.Z (the broadcast queue); impl-arena, arena:file:PATH or "
                 "vllm-arena==X.Y.Z (the tensor arena); queue:/arena:impl-file:PATH (a seeded fault)")
 """Every target form, for the message that answers an unknown one."""
@@ -512,6 +512,8 @@ def load_target(spec: "str | LoadedTarget") -> LoadedTarget:
         from shmspec import impl
 
         return LoadedTarget("impl", impl, IMPL)
+    if spec == "impl-leased":  # impl with a lease time (the built-in file's docstring)
+        return load_file(Path(__file__).resolve().parent / "builtin" / "impl_leased.py", spec)
     if spec.startswith("file:"):
         return load_file(spec[5:], spec)
     if spec.startswith("vllm=="):

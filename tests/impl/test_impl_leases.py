@@ -33,6 +33,7 @@ from shmspec.model.errors import OutOfSpace
 RING, MAX_OBJECT, PAYLOAD, PUTS = 4096, 1024, 300, 60
 
 
+_READS: dict = {}
 _DOOMED = [False]
 """Set in the reader process that a ``("die", ...)`` value kills."""
 
@@ -50,6 +51,10 @@ class KillingSerde(ObjectSerde):
         value = pickle.loads(bytes(view))
         if _DOOMED[0] and isinstance(value, tuple) and value[0] == "die":
             os.kill(os.getpid(), signal.SIGKILL)
+        if _DOOMED[0] and isinstance(value, tuple) and value[0] == "stop":  # ("stop", n): at its n-th read
+            _READS[value] = _READS.get(value, 0) + 1
+            if _READS[value] == value[1]:
+                os.kill(os.getpid(), signal.SIGSTOP)
         return value
 
 
@@ -78,9 +83,9 @@ def deployed():
     made: list[Any] = []
     ctx = multiprocess.get_context("fork")
 
-    def make(n_readers: int = 2, started: int | None = None):
+    def make(n_readers: int = 2, started: int | None = None, **kw):
         ring = SingleWriterShmRingBuffer(RING, create=True)
-        writer = SingleWriterShmObjectStorage(MAX_OBJECT, n_readers, ring, serde_class=KillingSerde)
+        writer = SingleWriterShmObjectStorage(MAX_OBJECT, n_readers, ring, serde_class=KillingSerde, **kw)
         made.append(writer)
         handle = replace(writer.handle(), reader_lock=ctx.Lock())
         readers = []
@@ -98,6 +103,7 @@ def deployed():
         if isinstance(m, tuple):
             p, conn = m
             if p.is_alive():
+                os.kill(p.pid, signal.SIGCONT)
                 try:
                     conn.send(None)
                 except OSError:
@@ -257,3 +263,86 @@ def test_close_under_a_get_in_another_thread_never_gives_up_the_pin_under_the_re
         _Gate.go.set()
         view.close()
         writer.close()
+
+
+LEASE_S = 1.0
+
+
+@pytest.mark.parametrize("reading", ["a promised read", "a re-read of a read chunk"])
+def test_a_reader_stopped_inside_a_get_loses_its_lease_and_the_writer_puts_on(deployed, reading):
+    """A lease time (``lease_seconds``): one of two readers SIGSTOPs itself
+    inside a get (in its serde, its pin up).  Within the lease time plus 1 s
+    the writer puts again, with no ``clear()`` and no replacement reader:
+    the stuck pin revokes the lease (a promised read: at the writer's next
+    reclaim; a re-read: in the wait for the pin), the reads the reader owed
+    are forfeited.  The other reader gets every object right; the stopped
+    reader, resumed, gets the stale-handle error for the get it was in, and
+    its next get renews its lease and reads right."""
+    writer, [(p1, c1), (p2, c2)] = deployed(lease_seconds=LEASE_S)
+    assert writer.lease_seconds == LEASE_S
+    first = _put(writer, "k0", ("stop", 1 if reading == "a promised read" else 2, "x" * PAYLOAD))
+    assert _get(c2, first)[0] == "ok"
+    if reading == "a re-read of a read chunk":
+        assert _get(c1, first)[0] == "ok"  # its promised read made: the chunk is reclaimable
+    c1.send(first)  # stops itself inside the get
+    deadline = time.monotonic() + 10
+    while open(f"/proc/{p1.pid}/stat").read().split(") ")[1][0] != "T":
+        assert time.monotonic() < deadline, "the reader did not stop"
+        time.sleep(0.01)
+    t0, done = time.monotonic(), 0
+    while done < PUTS:  # a sender retries a full ring (vLLM's sends the item inline meanwhile)
+        value = ("v", done, os.urandom(PAYLOAD // 2).hex())
+        try:
+            h = _put(writer, f"n{done}", value)
+        except MemoryError:
+            assert time.monotonic() - t0 < LEASE_S + 1, "no put within the lease time plus 1 s"
+            time.sleep(0.05)
+            continue
+        assert _get(c2, h) == ("ok", value)
+        done += 1
+        if done == 1:
+            first_put = time.monotonic() - t0
+    assert first_put < LEASE_S + 1
+    assert writer.forfeited.get(0, 0) >= 1
+    os.kill(p1.pid, signal.SIGCONT)
+    assert c1.poll(10)
+    got = c1.recv()
+    assert got[0] == "error" and "StaleHandle" in got[1] and "has been modified or is invalid" in got[1], got
+    value = ("v", "after")
+    h = _put(writer, "after", value)
+    assert _get(c1, h) == ("ok", value)  # the lease renewed: it reads again
+    assert _get(c2, h) == ("ok", value)
+
+
+def test_without_a_lease_time_a_stopped_reader_still_stalls_the_writer(deployed, monkeypatch):
+    """The default (no ``lease_seconds``): as before, a put that must reuse
+    memory a stopped reader pins waits ``PIN_TIMEOUT`` and raises
+    ``ReaderStalled``, and its owed reads pin the head."""
+    from shmspec.impl import ring as impl_ring
+    from shmspec.model.errors import ReaderStalled
+
+    monkeypatch.setattr(impl_ring, "PIN_TIMEOUT", 0.3)
+    writer, [(p1, c1), (p2, c2)] = deployed()
+    assert writer.lease_seconds is None
+    first = _put(writer, "k0", ("stop", 2, "x" * PAYLOAD))
+    assert _get(c2, first)[0] == "ok" and _get(c1, first)[0] == "ok"
+    c1.send(first)  # a re-read: the chunk is reclaimable, the stopped reader's pin holds its bytes
+    time.sleep(0.3)
+    with pytest.raises(ReaderStalled):
+        for i in range(PUTS):
+            _get(c2, _put(writer, f"n{i}", ("v", i, "x" * PAYLOAD)))
+
+
+@pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
+def test_the_gate_passes_impl_with_a_lease_time_and_checks_lease_on_it():
+    """``--target impl-leased``: every campaign of the ci gate (controlled
+    concurrency: the preemption sweep and the controlled schedules over the
+    leased read path's yield points, the faults campaign with LEASE) passes."""
+    from shmspec.conformance.runner.gate import run_gate
+    from shmspec.conformance.targets.loader import load_target
+
+    target = load_target("impl-leased")
+    assert target.module.SingleWriterShmObjectStorage.LEASE_SECONDS == 10.0
+    result = run_gate(target, "ci", 0)
+    assert result.verdict == "pass", [v.message for v in result.violations]
+    assert result.properties["LEASE"] == "pass" and result.properties["NRR"] == "pass"
