@@ -279,6 +279,7 @@ class SingleWriterShmObjectStorage:
             self._pin_at = table.pin_index(self._slot)
             self._ack_at = table.ack_index(self._slot, 0)
             self._max_chunks = table.max_chunks
+            self._scratch: bytearray | None = None  # the lease time's private copy, reused (see _leased_get)
             self._epoch_at = table.slot_word(self._slot, layout.SLOT_EPOCH)
             self._revoked_at = table.slot_word(self._slot, layout.SLOT_REVOKED)
         self.lease_seconds = ring_buffer.reader_table.lease_us / 1e6 or None
@@ -802,7 +803,14 @@ class SingleWriterShmObjectStorage:
             lo = address % ring.data_buffer_size + _OBJECT_HEADER
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_read")
-            payload = bytes(ring.data_region[lo : lo - _OBJECT_HEADER + size])
+            n = size - _OBJECT_HEADER
+            scratch = self._scratch
+            if scratch is None or len(scratch) < n:  # grows to the largest object read (one per reader view)
+                scratch = self._scratch = bytearray(n)
+            refs = sys.getrefcount(scratch)
+            base = memoryview(scratch)  # a managed buffer of its own (see _deserialize)
+            view = base[:n]
+            view[:] = ring.data_region[lo : lo + n]
             fence()
             if words[self._revoked_at] == words[self._epoch_at]:  # revoked during the copy: it may be torn
                 raise StaleHandle(address, monotonic_id)
@@ -812,7 +820,16 @@ class SingleWriterShmObjectStorage:
                 words[self._ack_at + cand % self._max_chunks] += 1
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("deserialize")
-            value = self.ser_de.deserialize(memoryview(payload))  # the private copy, the pin still up:
+            value = self.ser_de.deserialize(view)  # the private copy, the pin still up
+            kept = value is view
+            for v in (base,) if kept else (view, base):
+                try:
+                    v.release()
+                except BufferError:
+                    kept = True
+            del view, base
+            if kept or sys.getrefcount(scratch) != refs:  # the value keeps the scratch: it is the value's now
+                self._scratch = None
             if words[self._revoked_at] == words[self._epoch_at]:  # a get that outlasted its lease fails
                 del value
                 raise StaleHandle(address, monotonic_id)

@@ -125,3 +125,24 @@ def test_real_numpy_frombuffer_is_refused():
         gc.collect()
         reader.close()
         writer.close()
+
+
+def test_with_a_lease_time_a_value_may_keep_its_private_copy_and_the_next_get_does_not_touch_it():
+    """A store with a lease time copies into a private scratch buffer (reused
+    from get to get); a value that keeps a view of it takes the buffer with
+    it, and the next get copies into a fresh one."""
+    ring = SingleWriterShmRingBuffer(4096, create=True)
+    writer = SingleWriterShmObjectStorage(1024, 1, ring, serde_class=ALIASING["a slice of the view"],
+                                          lease_seconds=5.0)
+    reader = SingleWriterShmObjectStorage.create_from_handle(replace(writer.handle(), reader_lock=threading.Lock()))
+    try:
+        h1 = writer.put("a", b"..first object")
+        first = reader.get(*h1, writer.get_signature("a"), "a")
+        assert bytes(first) == b"first object"
+        h2 = writer.put("b", b"..second")
+        second = reader.get(*h2, writer.get_signature("b"), "b")
+        assert bytes(first) == b"first object" and bytes(second) == b"second"
+    finally:
+        del first, second
+        reader.close()
+        writer.close()
