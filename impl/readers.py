@@ -83,6 +83,8 @@ class ReaderTable:
         self.data_bytes = self.words[layout.TBL_DATA_BYTES]
         self.lease_us = self.words[layout.TBL_LEASE_US]
         """The writer's lease time (microseconds; 0: none)."""
+        self.revoked_pins: dict[int, int] = {}
+        """Writer: reader slot -> the pin word whose lease it revoked last."""
         self._slot_words = layout.slot_bytes(self.max_chunks) // 8
         self._base = layout.TABLE_HEADER_BYTES // 8
         self._closed = False
@@ -211,9 +213,13 @@ class ReaderTable:
 
     def revoke(self, reader: int) -> None:
         """Writer: revoke reader ``reader``'s current lease, then fence (before
-        any reuse of memory it pinned)."""
+        any reuse of memory it pinned).  The pin word it had is remembered:
+        that pin never holds the writer again, even if the reader rewrites
+        its epoch (a reader writing garbage into its own words delays the
+        writer at most one lease time per pin word)."""
         w = self.words
         w[self.slot_word(reader, layout.SLOT_REVOKED)] = w[self.slot_word(reader, layout.SLOT_EPOCH)]
+        self.revoked_pins[reader] = w[self.pin_index(reader)]
         fence()
 
     def alive(self, reader: int) -> bool:

@@ -380,8 +380,8 @@ class SingleWriterShmRingBuffer:
         spins = 0
         lease = table.lease_us / 1e6
         while words[at] == word:
-            if lease and table.revoked(reader):  # revoked before: its reads no longer hold memory
-                return
+            if lease and (table.revoked(reader) or table.revoked_pins.get(reader) == word):
+                return  # revoked before: that read no longer holds memory
             spins += 1
             hooked = yieldpoints.HOOK is not None
             if hooked:

@@ -539,9 +539,9 @@ class SingleWriterShmObjectStorage:
         lease = self.lease_seconds
         if not lease:
             return False
-        if table.revoked(r):
-            return True
         word, now = table.words[table.pin_index(r)], time.monotonic()
+        if table.revoked(r) or (word and table.revoked_pins.get(r) == word):
+            return True
         seen = self._pins_seen.get(r)
         if not word or seen is None or seen[0] != word:
             self._pins_seen[r] = (word, now)

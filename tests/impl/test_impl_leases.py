@@ -346,3 +346,69 @@ def test_the_gate_passes_impl_with_a_lease_time_and_checks_lease_on_it():
     result = run_gate(target, "ci", 0)
     assert result.verdict == "pass", [v.message for v in result.violations]
     assert result.properties["LEASE"] == "pass" and result.properties["NRR"] == "pass"
+
+
+def _rogue(writer):
+    """A reader view in this process whose words the test then overwrites."""
+    return SingleWriterShmObjectStorage.create_from_handle(replace(writer.handle(), reader_lock=threading.Lock()))
+
+
+@pytest.mark.parametrize("garbage", ["a fixed stale pin, no acks", "the pin and the epoch rewritten"])
+def test_a_reader_writing_garbage_into_its_pin_delays_the_writer_at_most_one_lease_time(deployed, garbage):
+    """Issue 28's "Why": a reader that writes garbage into its own pin word
+    (and never acknowledges anything) wedged the writer.  With a lease
+    time: the stuck pin revokes its lease once, its owed reads are
+    forfeited, and the writer puts on; rewriting its epoch afterwards does
+    not make the same pin hold the writer again.  The honest reader gets
+    every object right."""
+    writer, [(p2, c2)] = deployed(n_readers=2, started=1, lease_seconds=LEASE_S)
+    rogue = _rogue(writer)
+    try:
+        h0 = _put(writer, "k0", ("v", 0, "x" * PAYLOAD))
+        assert _get(c2, h0)[0] == "ok"
+        words, pin = rogue._words, rogue._pin_at
+        words[pin] = (0xBEEF << 48) | 1  # "reading" allocation 0, for ever
+        t0, done, waits = time.monotonic(), 0, []
+        while done < PUTS:
+            value = ("v", done, os.urandom(PAYLOAD // 2).hex())
+            t = time.monotonic()
+            try:
+                h = _put(writer, f"n{done}", value)
+            except MemoryError:
+                assert time.monotonic() - t0 < 2 * LEASE_S + 1, "no put within the lease time plus 1 s"
+                time.sleep(0.05)
+                continue
+            waits.append(time.monotonic() - t)
+            assert _get(c2, h) == ("ok", value)
+            done += 1
+            if garbage == "the pin and the epoch rewritten" and done % 10 == 0:
+                words[rogue._epoch_at] += 7  # "renews" its lease by hand, the pin unchanged
+        assert sum(w > LEASE_S / 2 for w in waits) <= 1  # one lease time's wait at most, not one per put
+        assert writer.forfeited.get(rogue._slot, 0) >= 1
+    finally:
+        rogue._words[rogue._pin_at] = 0
+        rogue.close()
+
+
+def test_a_reader_writing_garbage_into_its_acks_harms_only_itself(deployed):
+    """Huge acknowledgement counts: the writer reclaims chunks the rogue
+    reader never read (its own later gets find them stale), but never one
+    the honest reader still owes: RC holds for it."""
+    writer, [(p2, c2)] = deployed(n_readers=2, started=1)
+    rogue = _rogue(writer)
+    try:
+        table = writer.ring_buffer.reader_table
+        handles = []
+        for i in range(PUTS):
+            value = ("v", i, "x" * PAYLOAD)
+            h = _put(writer, f"k{i}", value)
+            for k in range(table.max_chunks):
+                rogue._words[rogue._ack_at + k] += 1000  # "reads" everything, many times over
+            handles.append((h, value))
+            if i % 3 == 2:  # the honest reader lags by up to three objects, then reads them
+                for hh, vv in handles[-3:]:
+                    assert _get(c2, hh) == ("ok", vv)
+        with pytest.raises(ValueError, match="has been modified or is invalid"):
+            rogue.get(*handles[0][0])  # reclaimed long ago
+    finally:
+        rogue.close()
