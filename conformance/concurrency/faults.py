@@ -17,6 +17,15 @@ session config) and SIGKILLs one process at a chosen yield point:
     the writer is killed at the first yield point of a put after ``h1`` was
     put (impl: inside the put; a target without writer yield points: after
     the put returned).
+``reader_stopped_mid_get``
+    (a store that declares reader leases *and* a lease time: the storage
+    class's ``LEASE_SECONDS``, e.g. ``--target impl-leased``; elsewhere
+    ``not-reachable``) as ``reader_killed_mid_get``, but ``r1`` is left
+    paused at ``deserialize`` (a stopped process) instead of killed.  Each
+    survivor's step is bounded by the lease time plus :data:`LIVE_BOUND`
+    (LIVE); every put must succeed (LEASE), and ``r1``'s get, resumed at the
+    end, must raise the stale-handle error or return its own object (NRR),
+    never another.
 
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
@@ -52,7 +61,7 @@ killed (LIVE's stated bound in this campaign).  impl's longest wait, for a
 live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
-SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put")
+SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -86,6 +95,10 @@ class _Run:
         self.res = res
         self.killed: str | None = None
         self.held = ""
+        self.bound = LIVE_BOUND
+        self.fate = "killed"
+        """What happened to ``killed``: ``killed`` or ``stopped``."""
+        """Seconds a survivor's step may take (the lease time more with a stopped reader)."""
         self.leases = bool(getattr(pool.target.profile, "leases", False))
         """The target declares reader leases: a put the dead reader's reads block is a LEASE finding."""
 
@@ -116,16 +129,16 @@ class _Run:
                     self.killed = name
                     self.row(name, "SIGKILL", {"at": out.point}, f"killed during {action} ({self.held})")
                     return None
-                if self.killed and time.perf_counter() - t0 > LIVE_BOUND:
-                    raise ScheduleError(f"still running after {LIVE_BOUND:g} s, {out.point} its latest yield point")
+                if self.killed and time.perf_counter() - t0 > self.bound:
+                    raise ScheduleError(f"still running after {self.bound:g} s, {out.point} its latest yield point")
                 blocked = out.point == "lock_acquire" and pool.lock_holder not in (None, name)
                 out = pool.advance(name, force=blocked, timeout=LIVE_BOUND if blocked else None)
         except ScheduleError as exc:
             waited = time.perf_counter() - t0
             where = pool.procs[name].point
             self.row(name, action, _short(args), f"no return after {waited:.1f} s (at {where})")
-            self.finding("LIVE", f"{_label(name)}'s {action} did not return within {LIVE_BOUND:g} s after "
-                                 f"{_label(self.killed)} was killed {self.held}: it waits at {where} ({exc})")
+            self.finding("LIVE", f"{_label(name)}'s {action} did not return within {self.bound:g} s after "
+                                 f"{_label(self.killed)} was {self.fate} {self.held}: it waits at {where} ({exc})")
             return None
         took = time.perf_counter() - t0
         if self.killed:
@@ -135,9 +148,9 @@ class _Run:
                  if action == "put" and isinstance(r["value"], dict) and r["value"].get("handle")
                  else _render(r["value"]))
         self.row(name, action, _short(args), r["error"] or shown)
-        if self.killed and took > LIVE_BOUND:
-            self.finding("LIVE", f"{_label(name)}'s {action} took {took:.1f} s (bound {LIVE_BOUND:g} s) after "
-                                 f"{_label(self.killed)} was killed {self.held}")
+        if self.killed and took > self.bound:
+            self.finding("LIVE", f"{_label(name)}'s {action} took {took:.1f} s (bound {self.bound:g} s) after "
+                                 f"{_label(self.killed)} was {self.fate} {self.held}")
         return out
 
     def put(self, key: str, tag: int) -> tuple[dict | None, bytes]:
@@ -184,8 +197,8 @@ def _survive(run: _Run, reader: str, start: int) -> None:
                 return
             if run.leases and run.killed not in (None, "writer"):
                 run.finding("LEASE", f"the writer's put of k{i} failed ({run.res.steps[-1]['observed'][:160]}) "
-                                     f"after {_label(run.killed)} was killed {run.held}: the dead reader's promised "
-                                     "reads still pin the ring (its lease did not end with its process)")
+                                     f"after {_label(run.killed)} was {run.fate} {run.held}: its promised reads "
+                                     "still pin the ring (its lease did not end)")
                 return
             continue  # out of space (a chunk the dead reader owed stays): no lease declared, not a LIVE matter
         if not run.get(reader, h, data):
@@ -227,6 +240,35 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                     run.row("r1", "note", {}, "its get has no deserialize yield point")
                 else:
                     _survive(run, "r2", 1)
+        elif scenario == "reader_stopped_mid_get":
+            lease = getattr(getattr(target.module, "SingleWriterShmObjectStorage", None), "LEASE_SECONDS", None)
+            if not (run.leases and lease):
+                res.reachable = False
+                run.row("r1", "note", {}, ("the store declares reader leases but no lease time" if run.leases else
+                                           "the store declares no reader leases")
+                        + ": a stopped reader's pin holds the writer by design")
+            elif run.get("r1", h1, d1) and run.get("r2", h1, d1):
+                out = pool.start("r1", "get", h1)
+                while out.point is not None and out.point != "deserialize":
+                    out = pool.advance("r1")
+                if out.point is None:
+                    res.reachable = False
+                    run.row("r1", "note", {}, "its get has no deserialize yield point")
+                else:
+                    run.killed, run.fate, run.bound = "r1", "stopped", lease + LIVE_BOUND
+                    run.held = "paused at deserialize"
+                    run.row("r1", "SIGSTOP", {"at": "deserialize"}, "stopped during get (paused at deserialize)")
+                    _survive(run, "r2", 1)
+                    if not res.findings:  # resumed: its own object or the stale-handle error, never another
+                        while out.point is not None:
+                            out = pool.advance("r1")
+                        r = out.result
+                        run.row("r1", "get", _short(h1), r["error"] or _render(r["value"]))
+                        if r["error"] is None and r["value"] != encode_value(Blob(d1)):
+                            run.finding("NRR", nrr_message("reader r1's resumed get", "returned", _render(r["value"]),
+                                                           f"{h1['key']} {(h1['address'], h1['id'])}",
+                                                           _render(encode_value(Blob(d1))),
+                                                           f", after it stayed stopped past its {lease:g} s lease"))
         else:  # writer_killed_mid_put
             out = run.run_op("writer", "put", {"key": "k1", "data": (b"\x01\0\0\0" + b"B" * (PAYLOAD - 4)).hex()},
                              kill_at=lambda out: True)

@@ -78,3 +78,22 @@ def test_lease_is_checked_on_impl_found_on_a_writer_that_never_forfeits_and_not_
     vllm = _campaign("vllm==0.33.0")
     assert "LEASE" not in vllm.checks and "declares no reader leases" in vllm.not_claimed["LEASE"]
     assert not [v for v in vllm.violations if v.property == "LEASE"]
+
+
+@pytest.mark.slow  # two runs of the stopped reader's scenario: 10 s each (the lease time)
+def test_a_stopped_reader_loses_its_lease_on_impl_leased_and_a_lease_without_copy_is_caught():
+    """``reader_stopped_mid_get``: r1 left paused at deserialize (stopped);
+    on impl with a lease time the writer's puts wrap the ring within the
+    lease time and r1's resumed get raises the stale-handle error; on a
+    lease time whose reads are not copied out, r1's resumed get returns the
+    bytes of a later put (NRR), found again from the finding's config."""
+    res = run_scenario(load_or_skip("impl-leased"), "reader_stopped_mid_get")
+    assert res.reachable and res.findings == []
+    assert [s["observed"] for s in res.steps if s["process"] == "r1"][-1] == "StaleHandle"
+    spec = f"file:{MUTANTS_DIR / 'lease_without_copy.py'}"
+    bad = run_scenario(load_or_skip(spec), "reader_stopped_mid_get")
+    nrr = [f for f in bad.findings if f.property == "NRR"]
+    assert nrr and "reader r1's resumed get returned" in nrr[0].message
+    assert "stayed stopped past its 10 s lease" in nrr[0].message
+    for plain in ("impl", "vllm==0.33.0"):  # no lease time declared: nothing to check
+        assert run_scenario(load_or_skip(plain), "reader_stopped_mid_get").reachable is False
