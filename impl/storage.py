@@ -139,9 +139,10 @@ class SingleWriterShmObjectStorage:
     """Single-writer, multi-reader object store in shared memory.
 
     ``SingleWriterShmObjectStorage(max_object_size, n_readers, ring_buffer,
-    serde_class=PickleSerde, reader_lock=None, lease_policy=None)`` (the
-    last one impl's: :data:`LEASE_POLICIES`, default :attr:`LEASE_POLICY`;
-    another value is a ``ValueError``).  The writer view is the one
+    serde_class=PickleSerde, reader_lock=None, lease_policy=None,
+    lease_seconds=None)`` (the last two impl's: :data:`LEASE_POLICIES`,
+    default :attr:`LEASE_POLICY`; seconds or None, default
+    :attr:`LEASE_SECONDS`; another value is a ``ValueError``).  The writer view is the one
     whose ``ring_buffer`` was created (``create=True``); building it creates
     the reader table (``n_readers`` slots; ``SharedMemoryFull`` if
     ``/dev/shm`` cannot hold it).  Reader views attach to both segments and
@@ -589,7 +590,14 @@ class SingleWriterShmObjectStorage:
             pid = table.owner_pid(r)
             if not pid:
                 return f"{r} (no reader attached yet)"
-            return f"{r} (pid {pid})" if table.alive(r) else f"{r} (pid {pid}, gone; lease_policy 'refuse' keeps its reads)"
+            if not table.alive(r):
+                return f"{r} (pid {pid}, gone; lease_policy 'refuse' keeps its reads)"
+            word, seen = table.words[table.pin_index(r)], self._pins_seen.get(r)
+            if self.lease_seconds and word and seen is not None and seen[0] == word:
+                left = max(0.0, self.lease_seconds - (time.monotonic() - seen[1]))
+                return (f"{r} (pid {pid}, inside one read: its lease is revoked in {left:.1f} s, "
+                        "and a put after that can reclaim the chunk)")
+            return f"{r} (pid {pid})"
 
         who = ", ".join(whose(r) for r in owed)
         return (f"; the oldest chunk (id {head}, key {key!r}) waits for {promised} read(s) by reader "

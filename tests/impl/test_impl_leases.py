@@ -412,3 +412,23 @@ def test_a_reader_writing_garbage_into_its_acks_harms_only_itself(deployed):
             rogue.get(*handles[0][0])  # reclaimed long ago
     finally:
         rogue.close()
+
+
+def test_the_error_during_a_stuck_readers_lease_says_when_a_put_can_succeed(deployed):
+    """Found by a fresh-user trial: with a lease time, a put that finds the
+    head owed by a reader stuck inside a read raises ``OutOfSpace`` at once,
+    and only a put after the lease time succeeds; the message says so."""
+    writer, [(p2, c2)] = deployed(n_readers=2, started=1, lease_seconds=LEASE_S)
+    rogue = _rogue(writer)
+    try:
+        rogue._words[rogue._pin_at] = (0xBEEF << 48) | 1  # inside a read of allocation 0, never acking
+        with pytest.raises(OutOfSpace, match=rf"reader slot {rogue._slot} \(pid \d+, inside one read: its lease "
+                                             r"is revoked in [01]\.\d s, and a put after that can reclaim the "
+                                             r"chunk\)"):
+            for i in range(PUTS):
+                _get(c2, _put(writer, f"n{i}", ("v", i, "x" * PAYLOAD)))
+        time.sleep(LEASE_S)
+        _get(c2, _put(writer, "after", ("v", "after")))  # the lease has run out: the retry succeeds
+    finally:
+        rogue._words[rogue._pin_at] = 0
+        rogue.close()
