@@ -366,12 +366,14 @@ class SingleWriterShmObjectStorage:
                 self._id_index.pop(monotonic_id, None)
                 self._writer_flag.pop(monotonic_id, None)
                 self._touched.discard(monotonic_id)
+                self._forfeit_seen.discard(monotonic_id)
         elif kind == "clear":
             self.ring_buffer.apply_clear(intent[1])
             self._key_index.clear()
             self._id_index.clear()
             self._writer_flag.clear()
             self._touched.clear()
+            self._forfeit_seen.clear()
         elif kind == "promise":
             _, monotonic_id, count = intent
             self._writer_flag[monotonic_id] = count

@@ -149,6 +149,7 @@ def test_a_dead_reader_does_not_stop_the_writer_and_the_survivor_gets_its_own_ob
         assert _get(c2, h) == ("ok", value)
     assert time.monotonic() - t0 < 10  # within the pin wait's bound: nothing waited on the dead reader
     assert writer.forfeited.get(0, 0) >= 1 and 1 not in writer.forfeited
+    assert len(writer._forfeit_seen) <= len(writer.key_index)  # the bookkeeping goes with the chunks
 
 
 def test_a_slot_no_reader_has_claimed_keeps_its_reads_owed_and_the_error_names_it(deployed):
