@@ -519,16 +519,23 @@ class SingleWriterShmObjectStorage:
         not read: acknowledgements live in the reader table."""
         if id in self._touched:
             return False
-        promised = self._writer_flag.get(id, 0)
-        reads = self.ring_buffer.reads_since_alloc(id)
-        if not reads or min(reads) >= promised:  # every slot: reads >= promised
+        owed = self._owed(id)
+        if not owed:
             return True
         table = self.ring_buffer.reader_table
-        owed = [r for r, n in enumerate(reads) if n < promised]
         if self.lease_policy != "forfeit" or not all(self._gone(table, r) for r in owed):
             return False
         self._forfeit(id, owed, table)
         return True
+
+    def _owed(self, id: int) -> list[int]:
+        """Writer: the reader slots that have acknowledged fewer reads of live
+        chunk ``id`` than the writer promised (``writer_flag[id]``; RC)."""
+        promised = self._writer_flag.get(id, 0)
+        reads = self.ring_buffer.reads_since_alloc(id)
+        if not reads or min(reads) >= promised:  # every slot: reads >= promised
+            return []
+        return [r for r, n in enumerate(reads) if n < promised]
 
     def _gone(self, table: ReaderTable, r: int) -> bool:
         """Writer: whether reader slot ``r``'s lease has ended: claimed and no
@@ -582,12 +589,11 @@ class SingleWriterShmObjectStorage:
         key = self._id_index.get(head)
         if head in self._touched:
             return f"; the oldest chunk (id {head}, key {key!r}) is touched (release_touches() ends that)"
-        promised = self._writer_flag.get(head, 0)
-        reads = ring.reads_since_alloc(head)
-        table = ring.reader_table
-        owed = [r for r, n in enumerate(reads) if n < promised]
+        owed = self._owed(head)
         if not owed:
             return ""
+        table = ring.reader_table
+        promised = self._writer_flag.get(head, 0)
         def whose(r: int) -> str:
             pid = table.owner_pid(r)
             if not pid:
@@ -770,23 +776,34 @@ class SingleWriterShmObjectStorage:
                 raise ValueError("Buffer has been closed")
             if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
-            words, at = self._words, self._pin_at
             if self.lease_seconds:
                 return self._leased_get(cand, address, monotonic_id)
+            return self._plain_get(cand, address, monotonic_id)
+
+    def _ack(self, cand: int, live: bool) -> None:
+        """Acknowledge one read of allocation ``cand`` in this reader's slot
+        (only a live chunk's read counts: a drain chunk's is not owed)."""
+        if live:
             if yieldpoints.HOOK is not None:
-                yieldpoints.HOOK("pin")
-            self._seq += 1
-            try:
-                words[at] = pin_word(self._seq, cand)
-                fence()
-                live, size = self._validate(cand, address, monotonic_id)
-                value = self._deserialize(address, size)
-                if live:
-                    if yieldpoints.HOOK is not None:
-                        yieldpoints.HOOK("counter_increment")
-                    words[self._ack_at + cand % self._max_chunks] += 1
-            finally:
-                words[at] = 0
+                yieldpoints.HOOK("counter_increment")
+            self._words[self._ack_at + cand % self._max_chunks] += 1
+
+    def _plain_get(self, cand: int, address: int, monotonic_id: int) -> Any:
+        """A get without a lease time (under ``_rlock``): pin, fence,
+        validate, let the serde deserialize straight from shared memory
+        (:meth:`_deserialize`), acknowledge, unpin."""
+        words, at = self._words, self._pin_at
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("pin")
+        self._seq += 1
+        try:
+            words[at] = pin_word(self._seq, cand)
+            fence()
+            live, size = self._validate(cand, address, monotonic_id)
+            value = self._deserialize(address, size)
+            self._ack(cand, live)
+        finally:
+            words[at] = 0
         return value
 
     def _leased_get(self, cand: int, address: int, monotonic_id: int) -> Any:
@@ -824,10 +841,7 @@ class SingleWriterShmObjectStorage:
             fence()
             if words[self._revoked_at] == words[self._epoch_at]:  # revoked during the copy: it may be torn
                 raise StaleHandle(address, monotonic_id)
-            if live:
-                if yieldpoints.HOOK is not None:
-                    yieldpoints.HOOK("counter_increment")
-                words[self._ack_at + cand % self._max_chunks] += 1
+            self._ack(cand, live)
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("deserialize")
             value = self.ser_de.deserialize(view)  # the private copy, the pin still up

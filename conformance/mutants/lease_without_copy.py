@@ -14,9 +14,6 @@ is revoked; r1's resumed get).
 
 from shmspec import impl as _impl
 from shmspec.impl import ObjectSerde, ShmObjectStorageHandle
-from shmspec.impl import yieldpoints
-from shmspec.impl.layout import pin_word
-from shmspec.impl.readers import fence
 
 SHMSPEC_PROFILE = "impl"
 
@@ -29,22 +26,7 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
     LEASE_SECONDS = 10.0
 
     def _leased_get(self, cand, address, monotonic_id):
-        words, at = self._words, self._pin_at
-        if yieldpoints.HOOK is not None:
-            yieldpoints.HOOK("pin")
-        self._seq += 1
-        try:
-            words[at] = pin_word(self._seq, cand)
-            fence()
-            live, size = self._validate(cand, address, monotonic_id)
-            value = self._deserialize(address, size)  # BUG: in place, the revocation never checked
-            if live:
-                if yieldpoints.HOOK is not None:
-                    yieldpoints.HOOK("counter_increment")
-                words[self._ack_at + cand % self._max_chunks] += 1
-        finally:
-            words[at] = 0
-        return value
+        return self._plain_get(cand, address, monotonic_id)  # BUG: in place, the revocation never checked
 
 
 __all__ = ["ObjectSerde", "ShmObjectStorageHandle", "SingleWriterShmObjectStorage", "SingleWriterShmRingBuffer"]
