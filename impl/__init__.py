@@ -11,16 +11,17 @@ docs/impl-protocol.md).  Errors come from :mod:`shmspec.model.errors`.
 Modules: :mod:`.layout` (segment and chunk layout), :mod:`.segment` (create /
 reserve / attach / release), :mod:`.readers` (reader slots, pins, acks, the
 fence), :mod:`.ring` (ring buffer), :mod:`.signing` (handle signatures and
-field checks), :mod:`.serde` (serializers), :mod:`.storage` (object store),
+field checks), :mod:`.serde` (serializers), :mod:`.storage` (object store), :mod:`.zerocopy` (zero-copy leases),
 :mod:`.yieldpoints` (test hook).
 """
 
 from . import yieldpoints
 from .ring import SingleWriterShmRingBuffer
-from .serde import MsgpackSerde, ObjectSerde, PickleSerde
+from .serde import BufferPickleSerde, MsgpackSerde, ObjectSerde, PickleSerde
 from .storage import ShmObjectStorageHandle, SingleWriterShmObjectStorage, logger
 
 __all__ = [
+    "BufferPickleSerde",
     "MsgpackSerde",
     "ObjectSerde",
     "PickleSerde",

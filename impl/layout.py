@@ -8,7 +8,9 @@ Ring segment ``<name>`` (sizes in bytes)::
 Reader table ``<name>_r`` (created when the writer's storage is built)::
 
     [ table header: 64 ][ slot 0 ][ slot 1 ] ... [ slot N-1 ]
-    slot r = [ slot header: 64 ][ ack 0 ] ... [ ack K-1 ]        (8 bytes each)
+    slot r = [ slot header: 576 ][ ack 0 ] ... [ ack K-1 ]       (8 bytes each)
+    slot header = [ owner pid ][ pin ][ epoch ][ revoked ][ leases ][ 3 spare ]
+                  [ lease 0: 4 words ] ... [ lease 15 ]
 
 * The secret keys the handle signatures (vLLM >= 0.32 also keeps a 32-byte
   secret at offset 0; handles, virtual addresses inside the data region, are
@@ -53,7 +55,8 @@ CTL_DATA_BYTES = 9
 CTL_MAX_CHUNKS = 10
 
 SEGMENT_MAGIC = int.from_bytes(b"SHMSPEC2", "little")
-TABLE_MAGIC = int.from_bytes(b"SHMSRDR2", "little")
+TABLE_MAGIC = int.from_bytes(b"SHMSRDR3", "little")
+TABLE_VERSION = 3  # 3: zero-copy leases in the slot header (2026-12-06)
 
 # reader table header words
 TBL_MAGIC = 0
@@ -63,12 +66,21 @@ TBL_DATA_BYTES = 3
 TBL_MAX_CHUNKS = 4
 TBL_LEASE_US = 5  # the writer's lease time in microseconds; 0: no lease time (no revocation)
 TABLE_HEADER_BYTES = 64
-SLOT_HEADER_BYTES = 64
+SLOT_HEADER_BYTES = 576
 # slot header words
 SLOT_OWNER_PID = 0
 SLOT_PIN = 1
 SLOT_EPOCH = 2  # the reader's lease epoch (the reader writes it)
 SLOT_REVOKED = 3  # the epoch the writer revoked (the one word of a slot the writer writes)
+SLOT_LEASES = 4  # how many of the slot's zero-copy lease entries are in use (the reader writes it)
+SLOT_LEASE_BASE = 8  # word of lease entry 0
+LEASE_WORDS = 4
+"""A zero-copy lease entry: ``[pin_word(seq, abs) | 0 when free][physical
+offset][bytes][CLOCK_MONOTONIC microseconds when taken]``: the chunk of
+allocation ``abs`` at bytes ``[offset, offset + bytes)`` of the data region,
+which a value returned by ``get(..., copy=False)`` still points into."""
+MAX_LEASES = 16
+assert SLOT_LEASE_BASE + MAX_LEASES * LEASE_WORDS <= SLOT_HEADER_BYTES // 8
 
 PIN_ABS_BITS = 48
 PIN_ABS_MASK = (1 << PIN_ABS_BITS) - 1

@@ -17,7 +17,10 @@ What lives in slot ``r`` (docs/impl-protocol.md):
 * ``epoch``: reader ``r``'s lease epoch, and ``revoked``: the epoch the
   writer revoked (a store with a lease time, ``TBL_LEASE_US``): the lease
   is revoked while ``revoked == epoch``; the reader renews it (``epoch + 1``)
-  at its next get.
+  at its next get;
+* ``leases`` and up to 16 lease entries: the chunks that values returned by
+  ``get(..., copy=False)`` still point into (:data:`layout.LEASE_WORDS`);
+  the writer does not reuse their bytes while ``r``'s slot is held.
 
 Only reader ``r`` writes its slot, except ``revoked``, which only the
 writer writes.
@@ -121,7 +124,7 @@ class ReaderTable:
 
         Raises:
             GeometryMismatch: ``n_readers`` or ``max_object_size`` differ from
-                the writer's, or the table is not a version-2 table.
+                the writer's, or the table is not a version-3 table.
             FileNotFoundError: no writer storage was built on this ring.
         """
         shm = segment.attach_segment(table_name(ring_name))
@@ -132,7 +135,7 @@ class ReaderTable:
             raise
         try:
             if table.words[layout.TBL_MAGIC] != layout.TABLE_MAGIC:
-                raise GeometryMismatch("segment version", 2, "another layout", table_name(ring_name))
+                raise GeometryMismatch("reader table version", layout.TABLE_VERSION, "another layout", table_name(ring_name))
             for name, given, recorded in (("n_readers", n_readers, table.n_readers),
                                           ("max_object_size", max_object_size, table.max_object_size)):
                 if given != recorded:
@@ -170,6 +173,38 @@ class ReaderTable:
         w = self.words
         return [w[i] for i in self._pin_words]
 
+    def lease_index(self, reader: int, entry: int) -> int:
+        """Word of zero-copy lease entry ``entry`` of slot ``reader`` (its pin word; the
+        physical offset, byte count and start time follow)."""
+        return self.slot_word(reader, layout.SLOT_LEASE_BASE + layout.LEASE_WORDS * entry)
+
+    def leases(self, reader: int) -> list[tuple[int, int, int, int]]:
+        """Writer: slot ``reader``'s zero-copy leases in use, as ``(pin word,
+        physical offset, bytes, start in CLOCK_MONOTONIC microseconds)``;
+        ``[]`` at once when its ``leases`` count is 0 (the count is written
+        after an entry and read before it: see :meth:`shmspec.impl.ring.
+        SingleWriterShmRingBuffer.prepare_reuse` for the order)."""
+        w = self.words
+        if not w[self.slot_word(reader, layout.SLOT_LEASES)]:
+            return []
+        out = []
+        for i in range(layout.MAX_LEASES):
+            at = self.lease_index(reader, i)
+            word = w[at]
+            if word:
+                out.append((word, w[at + 1], w[at + 2], w[at + 3]))
+        return out
+
+    def live_leases(self) -> list[tuple[int, tuple[int, int, int, int]]]:
+        """Writer: ``(slot, lease)`` for every lease of a slot still held by a
+        live view (a dead or closed reader's leases are void: nothing of its
+        process can read the bytes any more)."""
+        w, out = self.words, []
+        for r in range(self.n_readers):
+            if w[self.slot_word(r, layout.SLOT_LEASES)] and self.alive(r):
+                out.extend((r, lease) for lease in self.leases(r))
+        return out
+
     def owner_pid(self, reader: int) -> int:
         return self.words[self.slot_word(reader, layout.SLOT_OWNER_PID)]
 
@@ -191,6 +226,9 @@ class ReaderTable:
                 continue
             w = self.words
             w[self.pin_index(r)] = 0
+            for i in range(layout.MAX_LEASES):  # a dead owner's leases are void
+                w[self.lease_index(r, i)] = 0
+            w[self.slot_word(r, layout.SLOT_LEASES)] = 0
             w[self.slot_word(r, layout.SLOT_EPOCH)] = w[self.slot_word(r, layout.SLOT_REVOKED)] + 1  # a fresh lease
             w[self.slot_word(r, layout.SLOT_OWNER_PID)] = os.getpid()
             _CLAIMING.add(self)

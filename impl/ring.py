@@ -362,6 +362,45 @@ class SingleWriterShmRingBuffer:
                     self._wait_unpinned(table, reader, word)
         return table.acks(abs_counter)
 
+    def check_leases(self, phys_start: int, phys_end: int) -> None:
+        """Writer: refuse to write bytes ``[phys_start, phys_end)`` of the data
+        region while a live reader holds a zero-copy lease on any of them (a
+        value of ``get(..., copy=False)`` still points there; SEMANTICS ALIAS).
+        Called after :meth:`prepare_reuse`, whose fence and pin waits come first.
+
+        Why a lease cannot be missed (x86-64 TSO: stores are seen in program
+        order, loads are not moved before earlier loads): a reader writes its
+        lease entry (offset, bytes and time, then the entry's word, then the
+        ``leases`` count) while its hazard pin is up, and clears the pin only
+        after.  The writer retired the chunk (published ``abs_start``, or
+        ``drain_hw`` for a pre-clear one), fenced, read every pin, waited
+        for those on chunks no longer live, and only then reads the leases
+        here.  A reader whose pin the writer saw cleared had written its entry
+        before (so the writer sees it); a reader whose pin the writer saw
+        absent pinned after the writer's fence, so its validation saw the
+        chunk retired and it took no lease.  On a store with a lease time the
+        reader fences after its entry and checks that its epoch was not
+        revoked (the writer revokes, fences, and only then reads leases):
+        either the writer sees the entry or the reader sees the revocation
+        and gives the lease back with ``StaleHandle``.
+
+        Raises:
+            OutOfSpace: naming the reader slot, its pid, the chunk and how long
+                its lease has been held.  Nothing changed but the drain (see
+                :meth:`prepare_reuse`).
+        """
+        table = self.reader_table
+        if table is None:
+            return
+        for reader, (word, off, nbytes, since_us) in table.live_leases():
+            if off < phys_end and phys_start < off + nbytes:
+                held = max(0.0, time.monotonic_ns() / 1e3 - since_us) / 1e6
+                abs_counter = layout.pinned_abs(word, self._abs_end)
+                raise OutOfSpace(
+                    f"{_OOM_MESSAGE}: reader slot {reader} (pid {table.owner_pid(reader)}) has held a zero-copy "
+                    f"lease on chunk id {abs_counter % self.ID_MAX} (bytes {off}..{off + nbytes}) for "
+                    f"{held:.1f} s; it ends when that reader's value of get(copy=False) is garbage-collected")
+
     def _drain_words(self) -> tuple[int, int, int]:
         ctl = self.control
         return ctl[layout.CTL_DRAIN_LO], ctl[layout.CTL_DRAIN_HI], ctl[layout.CTL_DRAIN_HW]
@@ -420,7 +459,9 @@ class SingleWriterShmRingBuffer:
         """
         self._require_writer("allocate buffers")
         address, n, abs_counter = self.plan(size)
-        base = self.prepare_reuse(abs_counter, address % self.data_buffer_size + n)
+        phys = address % self.data_buffer_size
+        base = self.prepare_reuse(abs_counter, phys + n)
+        self.check_leases(phys, phys + n)
         monotonic_id = abs_counter % self.ID_MAX
         self.write_header(address, monotonic_id, n)
         self._pending = (address, monotonic_id, n, abs_counter, base)

@@ -21,7 +21,10 @@ view, a slice or cast of it, a memoryview or ``np.frombuffer`` over it, a
 ``PickleBuffer``, a pickle-5 out-of-band buffer, ctypes ``from_buffer``
 (SEMANTICS ALIAS; tests/impl/test_impl_alias.py).  A serde that wants to keep its input declares ``keeps_buffer =
 True``: it is handed a private immutable ``bytes`` copy instead (one more
-copy), which it may alias in the value it returns.  vLLM's stores hand a
+copy), which it may alias in the value it returns.  A value that is meant to
+stay in shared memory is read with ``get(..., copy=False)``, which calls
+:meth:`ObjectSerde.deserialize_shared` and holds a zero-copy lease
+(:mod:`shmspec.impl.zerocopy`; :class:`BufferPickleSerde`).  vLLM's stores hand a
 view of shared memory without a pin: there a serde must copy, and even then
 it may read bytes the writer is reusing.
 """
@@ -47,6 +50,14 @@ class ObjectSerde(ABC):
     @abstractmethod
     def deserialize(self, data: memoryview) -> Any:
         """Rebuild the value from ``[metadata][data]``."""
+
+    def deserialize_shared(self, data: memoryview) -> Any:
+        """Rebuild the value for ``get(..., copy=False)`` (impl only): ``data``
+        is a read-only view of the chunk in shared memory that the value may
+        keep (it holds a zero-copy lease until the last object over it is
+        collected; see :mod:`shmspec.impl.zerocopy`).  By default
+        :meth:`deserialize`."""
+        return self.deserialize(data)
 
 
 class PickleSerde(ObjectSerde):
@@ -145,3 +156,60 @@ class MsgpackSerde(ObjectSerde):
             pieces.append(body[at : at + n])
             at += n
         return decoder.decode(pieces)
+
+
+class BufferPickleSerde(ObjectSerde):
+    """Pickle protocol 5 with out-of-band buffers (impl only), for values
+    made of large arrays: numpy arrays, ``bytearray`` and ``PickleBuffer``
+    contents are written into the ring as raw bytes after the pickle.
+
+    Metadata is the pickled ``("pickle5", pickle bytes, (buffer bytes, ...))``;
+    the data is the pickle, then each buffer.  :meth:`deserialize` copies each
+    buffer out (the value owns its memory, writable); :meth:`deserialize_shared`
+    (``get(copy=False)``) hands pickle views of the ring itself, so the
+    arrays of the value are read-only and point into shared memory under a
+    zero-copy lease.  A buffer that is not contiguous is pickled in-band.
+    Buffers are not aligned (a numpy array over one may be unaligned).
+    """
+
+    _PROTOCOL = 5
+
+    def serialize(self, value: Any) -> tuple[list, int, bytes, int]:
+        buffers: list[memoryview] = []
+
+        def out_of_band(buf: pickle.PickleBuffer) -> bool:
+            try:
+                buffers.append(buf.raw())
+            except BufferError:  # not contiguous: in-band
+                return True
+            return False
+
+        body = pickle.dumps(value, protocol=self._PROTOCOL, buffer_callback=out_of_band)
+        lengths = tuple(b.nbytes for b in buffers)
+        nbytes = len(body) + sum(lengths)
+        metadata = pickle.dumps(("pickle5", len(body), lengths), protocol=self._PROTOCOL)
+        return [body, *buffers], nbytes, metadata, len(metadata)
+
+    def _split(self, data: memoryview) -> tuple[memoryview, list[memoryview]]:
+        header = pickle.loads(data)
+        if (not isinstance(header, tuple) or len(header) != 3 or header[0] != "pickle5"
+                or not isinstance(header[1], int) or not isinstance(header[2], tuple)):
+            raise ValueError(f"Unsupported object metadata {header!r}")
+        _, body_n, lengths = header
+        at = len(data) - body_n - sum(lengths)
+        if at < 0 or body_n <= 0:
+            raise ValueError(f"object metadata {header!r} does not fit {len(data)} bytes")
+        body, at = data[at : at + body_n], at + body_n
+        pieces = []
+        for n in lengths:
+            pieces.append(data[at : at + n])
+            at += n
+        return body, pieces
+
+    def deserialize(self, data: memoryview) -> Any:
+        body, pieces = self._split(data)
+        return pickle.loads(body, buffers=[bytearray(p) for p in pieces])
+
+    def deserialize_shared(self, data: memoryview) -> Any:
+        body, pieces = self._split(data)
+        return pickle.loads(body, buffers=pieces)

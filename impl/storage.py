@@ -36,6 +36,7 @@ from .layout import candidate_abs, generation, int32_to_bytes, pin_word
 from .readers import FORK_GENERATION, ReaderTable, fence
 from .ring import SingleWriterShmRingBuffer
 from .serde import ObjectSerde, PickleSerde
+from .zerocopy import ReaderLeases
 
 logger = logging.getLogger(__name__)
 
@@ -283,6 +284,7 @@ class SingleWriterShmObjectStorage:
             self._scratch: bytearray | None = None  # the lease time's private copy, reused (see _leased_get)
             self._epoch_at = table.slot_word(self._slot, layout.SLOT_EPOCH)
             self._revoked_at = table.slot_word(self._slot, layout.SLOT_REVOKED)
+            self._leases: ReaderLeases | None = None  # made at the first get(copy=False)
         self.lease_seconds = ring_buffer.reader_table.lease_us / 1e6 or None
         """The writer's lease time in seconds (readers read it from the table), or None."""
 
@@ -519,6 +521,8 @@ class SingleWriterShmObjectStorage:
         not read: acknowledgements live in the reader table."""
         if id in self._touched:
             return False
+        if self._leased_by(id):
+            return False
         owed = self._owed(id)
         if not owed:
             return True
@@ -527,6 +531,18 @@ class SingleWriterShmObjectStorage:
             return False
         self._forfeit(id, owed, table)
         return True
+
+    def _leased_by(self, id: int) -> list[tuple[int, tuple[int, int, int, int]]]:
+        """Writer: ``(slot, lease)`` of every live reader's zero-copy lease on
+        live chunk ``id`` (a value of ``get(copy=False)`` points into it; ALIAS)."""
+        table = self.ring_buffer.reader_table
+        if table is None:
+            return []
+        leases = table.live_leases()
+        if not leases:
+            return []
+        low = (self.ring_buffer.abs_of(id) + 1) & layout.PIN_ABS_MASK
+        return [(r, lease) for r, lease in leases if lease[0] & layout.PIN_ABS_MASK == low]
 
     def _owed(self, id: int) -> list[int]:
         """Writer: the reader slots that have acknowledged fewer reads of live
@@ -589,6 +605,15 @@ class SingleWriterShmObjectStorage:
         key = self._id_index.get(head)
         if head in self._touched:
             return f"; the oldest chunk (id {head}, key {key!r}) is touched (release_touches() ends that)"
+        leased = self._leased_by(head)
+        if leased:
+            now_us = time.monotonic_ns() / 1e3
+            table = ring.reader_table
+            who = ", ".join(f"{r} (pid {table.owner_pid(r)}, for {max(0.0, now_us - lease[3]) / 1e6:.1f} s)"
+                            for r, lease in leased)
+            return (f"; the oldest chunk (id {head}, key {key!r}) is held by a zero-copy lease of reader "
+                    f"slot{'s' * (len(leased) > 1)} {who}: it ends when that reader's value of get(copy=False) "
+                    "is garbage-collected")
         owed = self._owed(head)
         if not owed:
             return ""
@@ -742,8 +767,27 @@ class SingleWriterShmObjectStorage:
         monotonic_id: int,
         signature: list[int] | None = None,
         key: str | None = None,
+        *,
+        copy: bool = True,
     ) -> Any:
         """Return the object stored under handle ``(address, monotonic_id)``.
+
+        ``copy=False`` (impl only, issue 28): a zero-copy read.  The serde's
+        :meth:`~shmspec.impl.serde.ObjectSerde.deserialize_shared` is given
+        a read-only view of the chunk in shared memory and may keep it (numpy
+        arrays, memoryviews: :class:`~shmspec.impl.serde.BufferPickleSerde`);
+        the value holds a *zero-copy lease* on the chunk until the last
+        object made over that view is garbage-collected.  While it is held
+        the writer neither reclaims the chunk nor writes its bytes: a put
+        that needs them raises :class:`OutOfSpace` at once, naming this
+        reader slot, its pid and how long the lease has been held.  The lease
+        ends with the reader's process too (a dead reader's leases are
+        void); it is never revoked by a lease time (the writer cannot take
+        the bytes from a live process), so with ``lease_seconds`` only the
+        read itself is bounded.  A view holds at most
+        :data:`~shmspec.impl.layout.MAX_LEASES` (16) leased chunks; a
+        ``copy=False`` get of a further chunk copies its bytes (logged once).
+        On a writer ``copy`` is ignored: its gets always copy.
 
         Reader: the hazard-pin protocol of the class docstring; the read is
         acknowledged in this reader's slot when the chunk was live.  Raises
@@ -764,18 +808,20 @@ class SingleWriterShmObjectStorage:
             raise ValueError("Buffer has been closed")
         cand = self._authenticate(address, monotonic_id, signature, key)
         try:
-            return self._pinned_get(cand, address, monotonic_id)
+            return self._pinned_get(cand, address, monotonic_id, copy)
         finally:
             if self._closing:  # a close() from another thread left the close to this read
                 with self._rlock:
-                    self._close_now()
+                    self._close_reader()
 
-    def _pinned_get(self, cand: int, address: int, monotonic_id: int) -> Any:
+    def _pinned_get(self, cand: int, address: int, monotonic_id: int, copy: bool = True) -> Any:
         with self._rlock:
             if self._closing:
                 raise ValueError("Buffer has been closed")
             if FORK_GENERATION[0] != self._generation:
                 raise WrongProcess("reader", self._pid, os.getpid())
+            if not copy:
+                return self._shared_get(cand, address, monotonic_id)
             if self.lease_seconds:
                 return self._leased_get(cand, address, monotonic_id)
             return self._plain_get(cand, address, monotonic_id)
@@ -860,6 +906,60 @@ class SingleWriterShmObjectStorage:
         finally:
             words[at] = 0
         return value
+
+    def _shared_get(self, cand: int, address: int, monotonic_id: int) -> Any:
+        """A zero-copy get (under ``_rlock``): pin, fence, validate, write the
+        lease entry (with a lease time: fence and check the epoch was not
+        revoked), acknowledge, unpin; then the serde builds the value over a
+        view that holds the lease (:mod:`shmspec.impl.zerocopy`).  With every
+        lease entry in use the bytes are copied under the pin instead."""
+        leases = self._leases
+        if leases is None:
+            leases = self._leases = ReaderLeases(self.ring_buffer.reader_table, self._slot, self)
+        room = leases.has_room(cand)
+        words, at = self._words, self._pin_at
+        if self.lease_seconds and words[self._revoked_at] == words[self._epoch_at]:
+            words[self._epoch_at] += 1  # a revoked lease is renewed (as in _leased_get)
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("pin")
+        self._seq += 1
+        ring = self.ring_buffer
+        held = False
+        payload = None
+        try:
+            pin = words[at] = pin_word(self._seq, cand)
+            fence()
+            live, size = self._validate(cand, address, monotonic_id)
+            phys = address % ring.data_buffer_size
+            lo, n = phys + _OBJECT_HEADER, size - _OBJECT_HEADER
+            if yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("payload_read")
+            if room:
+                leases.acquire(cand, pin, phys, size)  # before the pin goes (see ring.check_leases)
+                held = True
+            else:
+                payload = bytes(ring.data_region[lo : lo + n])
+            if self.lease_seconds:
+                fence()
+                if words[self._revoked_at] == words[self._epoch_at]:  # revoked: the writer may reuse the bytes
+                    raise StaleHandle(address, monotonic_id)
+            self._ack(cand, live)
+        except BaseException:
+            if held:
+                leases.release(cand)
+            raise
+        finally:
+            words[at] = 0
+        if yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("deserialize")
+        if payload is not None:
+            return self.ser_de.deserialize_shared(memoryview(payload))
+        try:
+            view = leases.export(cand, ring.shared_memory._mmap, layout.DATA_OFFSET, ring.data_buffer_size, lo, n)
+        except BaseException:
+            leases.release(cand)
+            raise
+        return self.ser_de.deserialize_shared(view)
 
     def _deserialize(self, address: int, size: int) -> Any:
         ring = self.ring_buffer
@@ -960,17 +1060,39 @@ class SingleWriterShmObjectStorage:
         close is left to the read, which makes it when it ends: the pin and
         the slot are never given up under a read in flight, so the writer
         never reuses memory it is reading (issue 28).  A ``get`` begun once
-        ``close`` was called raises ``ValueError("Buffer has been closed")``."""
+        ``close`` was called raises ``ValueError("Buffer has been closed")``.
+        A view some of whose ``get(copy=False)`` values are still alive keeps
+        its slot (the writer keeps honouring their leases) and closes when
+        the last of them is garbage-collected."""
         if not self.is_writer:
             self._closing = True
             if not self._rlock.acquire(timeout=CLOSE_WAIT):
                 return  # the read in flight closes the view when it ends (see get)
             try:
-                self._close_now()
+                self._close_reader()
             finally:
                 self._rlock.release()
             return
         self._close_now()
+
+    def _close_reader(self) -> None:
+        """Close this reader view now, or, while values of ``get(copy=False)``
+        still point into the ring, once the last of them is collected."""
+        leases = self._leases
+        if leases is not None and leases.held():
+            leases.on_empty = self._close_later
+            return
+        self._close_now()
+
+    def _close_later(self) -> None:
+        """The deferred close of a reader view, once its last zero-copy value
+        is collected (in a finalizer: errors are logged, not raised)."""
+        try:
+            self._close_now()
+        except BufferError:  # the mapping is closed at a later segment release (segment.UNCLOSED)
+            pass
+        except Exception:  # noqa: BLE001 - a finalizer must not raise
+            logger.exception("closing a reader view after its last zero-copy value went")
 
     def _close_now(self) -> None:
         if getattr(self, "_closed_now", False):
