@@ -2,7 +2,7 @@
 and against the physical bound (one memmove per object).
 
 ``python -m bench.store [--sizes 1KiB,64KiB,1MiB,16MiB] [--readers 1,2,4]
-[--rounds 9] [--objects N] [--stores impl,vllm,copy,physical]
+[--rounds 9] [--objects N] [--stores impl,vllm,copy,physical,zerocopy]
 [--serde buffers|pickle|keep] [--reader-malloc default|retain] [--vllm TARGET]
 [--quick] [--json FILE]``
 
@@ -19,7 +19,7 @@ put that raised, a reader that died), with one line saying why.
 
 Method
 ------
-Four *stores* run side by side on the same payloads:
+Five *stores* run side by side on the same payloads:
 
 * ``impl``: :mod:`shmspec.impl`'s store (segment v2, docs/impl-protocol.md);
 * ``vllm``: vLLM's newest store (``vllm==0.33.0``'s ``shm_object_storage.py``,
@@ -43,6 +43,13 @@ Four *stores* run side by side on the same payloads:
   so with more than one reader its get window is mostly the readers' start
   skew (each is woken by its own pipe): at 1 KiB with 2 or 4 readers the
   ratios to it bound nothing.
+* ``zerocopy``: impl's store again, its readers getting with ``get(...,
+  copy=False)`` (issue 28): the value is the payload's view of shared memory
+  under a zero-copy lease (``BufferSerde.deserialize_shared``).  A reader
+  holds at most 16 values at once (impl's lease entries per reader): it gets
+  16 (timed), then digests and drops them (not timed), so its get window is
+  the sum of those timed stretches.  ``zero-copy/vLLM`` is its rate over
+  vLLM's.
 
 Processes: this process is the writer; for each reader count N, N reader
 processes are forked (``multiprocess``, fork, as ``conformance/concurrency/procs.py``
@@ -176,7 +183,8 @@ from shmspec.impl.serde import PickleSerde
 
 VLLM_SPEC = "vllm==0.33.0"
 """vLLM's newest store release."""
-STORES = ("impl", "vllm", "copy", "physical")
+STORES = ("impl", "vllm", "copy", "physical", "zerocopy")
+"""``zerocopy``: impl's store, its readers getting with ``get(..., copy=False)``."""
 PLAIN = ("copy", "physical")
 """The stores that are a plain shared-memory segment, not a store class."""
 DEFAULT_SIZES = (1024, 64 * 1024, 1024**2, 16 * 1024**2)
@@ -221,6 +229,13 @@ class BufferSerde:
         if type_name != "buffers" or not 0 <= nbytes <= len(data):
             raise ValueError(f"not a BufferSerde object: {type_name!r}, {nbytes!r}")
         return bytes(data[len(data) - nbytes:])
+
+    def deserialize_shared(self, data: memoryview) -> memoryview:
+        """impl's ``get(copy=False)`` (the ``zerocopy`` store): the payload's view of shared memory."""
+        type_name, nbytes, _lengths = pickle.loads(data)
+        if type_name != "buffers" or not 0 <= nbytes <= len(data):
+            raise ValueError(f"not a BufferSerde object: {type_name!r}, {nbytes!r}")
+        return data[len(data) - nbytes:]
 
 
 class KeepingBufferSerde(BufferSerde):
@@ -380,15 +395,32 @@ def _close_view(kind: str, view: Any) -> None:
         pass
 
 
+@dataclass(frozen=True)
+class _Digest:
+    """What a ``zerocopy`` reader keeps of a value it gave back: its length and CRC32."""
+
+    nbytes: int
+    crc: int
+
+
+LEASE_BATCH = 16
+"""A ``zerocopy`` reader holds at most this many values at once (impl's
+``MAX_LEASES``): it gets that many (timed), digests and drops them (untimed)."""
+
+
 def _check(obj: Any, crc: int, size: int) -> str | None:
     """None when ``obj`` is the object put (bytes, or with ``--serde keep`` a
     view of bytes, or for ``physical`` a view of the slot it copied from, of
     ``size`` with CRC ``crc``), else why not."""
-    if not isinstance(obj, (bytes, bytearray, memoryview)):
+    if isinstance(obj, _Digest):
+        n, got = obj.nbytes, obj.crc
+    elif not isinstance(obj, (bytes, bytearray, memoryview)):
         return f"got {type(obj).__name__}, not bytes"
-    if len(obj) != size:
-        return f"got {len(obj)} bytes, put {size}"
-    got = zlib.crc32(obj)
+    else:
+        n, got = len(obj), None
+    if n != size:
+        return f"got {n} bytes, put {size}"
+    got = zlib.crc32(obj) if got is None else got
     if got != crc:
         return f"CRC32 {got:08x} != {crc:08x} put"
     return None
@@ -415,6 +447,8 @@ def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, l
         if got and dst != got[-1]:
             got[-1] = ValueError("the private buffer does not hold the last object copied")
         return t0, t1, got
+    if kind == "zerocopy":
+        return _zero_copy_batch(view, handles)
     get = view.get
     t0 = time.perf_counter_ns()
     for address, monotonic_id, sig, key, _, _ in handles:
@@ -424,6 +458,30 @@ def _read_batch(kind: str, view: Any, handles: list[tuple]) -> tuple[int, int, l
             append(exc)
     t1 = time.perf_counter_ns()
     return t0, t1, got
+
+
+def _zero_copy_batch(view: Any, handles: list[tuple]) -> tuple[int, int, list]:
+    """impl's ``get(..., copy=False)`` of every handle, :data:`LEASE_BATCH` at a
+    time: the gets are timed, digesting and dropping the values (which ends
+    their leases) is not; the window is the first get's start plus the time
+    the gets took."""
+    got: list[Any] = []
+    get = view.get
+    start, spent = None, 0
+    for i in range(0, len(handles), LEASE_BATCH):
+        part: list[Any] = []
+        append = part.append
+        t0 = time.perf_counter_ns()
+        for address, monotonic_id, sig, key, _, _ in handles[i:i + LEASE_BATCH]:
+            try:
+                append(get(address, monotonic_id, sig, key, copy=False))
+            except Exception as exc:  # noqa: BLE001 - recorded and reported as a failed get
+                append(exc)
+        spent += time.perf_counter_ns() - t0
+        start = t0 if start is None else start
+        got.extend(v if isinstance(v, Exception) else _Digest(len(v), zlib.crc32(v)) for v in part)
+        del part, append
+    return start or 0, (start or 0) + spent, got
 
 
 def _reader_main(conn: Any, name: str, targets: dict[str, LoadedTarget | None], lock: Any,
@@ -728,7 +786,8 @@ def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, Load
                              "impl_copy": ratio(rate.get("impl"), rate.get("copy")),
                              "vllm_copy": ratio(rate.get("vllm"), rate.get("copy")),
                              "impl_physical": ratio(rate.get("impl"), rate.get("physical")),
-                             "vllm_physical": ratio(rate.get("vllm"), rate.get("physical"))}
+                             "vllm_physical": ratio(rate.get("vllm"), rate.get("physical")),
+                             "zerocopy_vllm": ratio(rate.get("zerocopy"), rate.get("vllm"))}
         if "impl" in tallies and "vllm" in tallies:
             row["ratios"][op]["impl_vllm_rounds"] = paired_spread(
                 getattr(tallies["impl"], f"{op}_ns"), getattr(tallies["vllm"], f"{op}_ns"))
@@ -780,7 +839,7 @@ def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str
     targets: dict[str, LoadedTarget | None] = {}
     for name in STORES:
         if name in stores:
-            targets[name] = load_target("impl") if name == "impl" else (
+            targets[name] = load_target("impl") if name in ("impl", "zerocopy") else (
                 load_target(vllm_spec) if name == "vllm" else None)  # copy, physical: no store class
     t0 = time.monotonic()
     started = now_iso()
@@ -829,7 +888,8 @@ def _fmt_ratio(x: float | None, bold_below_one: bool = False) -> str:
 
 
 RATIO_COLUMNS = (("impl_vllm", "impl/vLLM"), ("impl_copy", "impl/copy"), ("vllm_copy", "vLLM/copy"),
-                 ("impl_physical", "impl/physical"), ("vllm_physical", "vLLM/physical"))
+                 ("impl_physical", "impl/physical"), ("vllm_physical", "vLLM/physical"),
+                 ("zerocopy_vllm", "zero-copy/vLLM"))
 """The ratio columns of the table: the ``ratios`` key of a row and its heading."""
 
 
@@ -845,7 +905,7 @@ def table(section: dict[str, Any], quick: bool = False) -> Table:
         t.add_column(col, no_wrap=True)
     t.add_column("objects", justify="right")
     for name in stores:
-        label = "vLLM" if name == "vllm" else name
+        label = {"vllm": "vLLM", "zerocopy": "zero-copy"}.get(name, name)
         if name not in PLAIN:
             t.add_column(f"{label} obj/s", justify="right")
         t.add_column(f"{label} MB/s", justify="right")
@@ -885,7 +945,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"timed rounds per row, at least 1, after one warm-up (default {DEFAULT_ROUNDS})")
     p.add_argument("--objects", type=positive_int, default=None,
                    help="objects per round (default 64 MiB / size, within [4, 1024])")
-    p.add_argument("--stores", default=",".join(STORES), help="which of impl,vllm,copy,physical (default all)")
+    p.add_argument("--stores", default=",".join(STORES),
+                   help="which of impl,vllm,copy,physical,zerocopy (default all; zerocopy: impl read with "
+                        "get(copy=False))")
     p.add_argument("--serde", choices=tuple(SERDES), default="buffers", help="serde for impl and vLLM (default buffers)")
     p.add_argument("--reader-malloc", choices=READER_MALLOC, default="default",
                    help="readers' allocator: glibc's default, or retain freed memory (no trim; default default)")

@@ -64,6 +64,15 @@ def test_store_bench_impl_copy_and_physical(tmp_path):
             assert row["ratios"][op]["impl_vllm"] is None and row["ratios"][op]["vllm_physical"] is None
 
 
+def test_store_bench_zero_copy_reads_are_checked(tmp_path):
+    """The zerocopy store (impl read with get(copy=False)) runs beside impl, and
+    every object its readers got is checked against what was put."""
+    p, doc = _bench(tmp_path, "--sizes", "64KiB", "--stores", "impl,copy,zerocopy", "--objects", "6")
+    assert p.returncode == 0, p.stdout + p.stderr
+    _check_rows(doc, ["impl", "copy", "zerocopy"], [64 * 1024])
+    assert "zero-copy MB/s" in p.stdout
+
+
 def test_default_run_covers_the_sizes_and_reader_counts():
     """The default run is 1 KiB .. 16 MiB x 1, 2 and 4 readers, and each
     round fits impl's default live-chunk bound (segment v2: at most
@@ -73,7 +82,7 @@ def test_default_run_covers_the_sizes_and_reader_counts():
 
     assert DEFAULT_SIZES == (1024, 64 * 1024, 1024**2, 16 * 1024**2)
     assert DEFAULT_READERS == (1, 2, 4)
-    assert STORES == ("impl", "vllm", "copy", "physical")
+    assert STORES == ("impl", "vllm", "copy", "physical", "zerocopy")
     args = build_parser().parse_args([])
     assert (args.sizes, args.readers, args.rounds, args.serde, args.reader_malloc) == (None, None, None, "buffers",
                                                                                       "default")
