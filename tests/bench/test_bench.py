@@ -341,3 +341,10 @@ def test_paired_spread_and_ties():
                       "get": {"impl_vllm": 0.5, "impl_vllm_rounds": paired_spread([2, 2, 2], [1, 1, 1.1])}}}
     lines = ties({"rows": [row]})
     assert lines == ["1 MiB x2 put: impl/vLLM 0.98, per-round quartiles 0.95-1.05"]
+
+
+def test_zero_copy_microbench_runs_and_checks_its_values():
+    p = subprocess.run([sys.executable, "-m", "bench.zerocopy", "--mib", "1", "--gets", "5"],
+                       cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 0, p.stdout + p.stderr
+    assert "get(copy=False)" in p.stdout and "ratio" in p.stdout
