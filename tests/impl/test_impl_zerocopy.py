@@ -274,3 +274,78 @@ def test_buffer_pickle_serde_copies_unless_asked_not_to(store):
     del arr
     gc.collect()
     w.put("after", a)
+
+
+def _expected(k: int, size: int) -> bytes:
+    return (k.to_bytes(4, "little") * (size // 4 + 1))[:size]
+
+
+def _keeper(handle, conn, seed: int) -> None:
+    """A forked reader that keeps up to 3 zero-copy values, drops them in a
+    random order, and checks every value it holds after every get."""
+    import random
+
+    rnd = random.Random(seed)
+    r = SingleWriterShmObjectStorage.create_from_handle(handle)
+    held: list = []
+    wrong = 0
+    while True:
+        msg = conn.recv()
+        if msg is None:
+            break
+        if msg == "drop":
+            held.clear()
+            conn.send("dropped")
+            continue
+        k, size, h = msg
+        held.append((k, size, r.get(*h, copy=False)))
+        if len(held) > 3:
+            held.pop(rnd.randrange(len(held)))
+        wrong += sum(bytes(v) != _expected(j, n) for j, n, v in held)
+        conn.send("ok")
+    held.clear()
+    r.close()
+    conn.send(wrong)
+
+
+def test_nrr_for_kept_values_across_processes_while_the_writer_wraps():
+    """vLLM's construction, two forked readers keeping zero-copy values across
+    later puts (dropped in random order): no held value ever changes, and
+    the writer's put, refused while a lease holds the bytes it needs, goes on
+    once the readers let go."""
+    ctx = multiprocess.get_context("fork")
+    w, h = _store(n_readers=2, ring=32 * 1024, max_object=8 * 1024)
+    conns, procs = [], []
+    try:
+        for seed in range(2):
+            ours, theirs = ctx.Pipe()
+            p = ctx.Process(target=_keeper, args=(h, theirs, seed))
+            p.start()
+            conns.append(ours)
+            procs.append(p)
+        refused = 0
+        for k in range(300):
+            size = 1000 + (k * 7919) % 5000
+            for attempt in range(2):
+                try:
+                    handle = _put(w, f"k{k}", _expected(k, size))
+                    break
+                except OutOfSpace as exc:
+                    assert attempt == 0 and "zero-copy lease" in str(exc), str(exc)
+                    refused += 1
+                    for c in conns:
+                        c.send("drop")
+                    assert [c.recv() for c in conns] == ["dropped", "dropped"]
+            for c in conns:
+                c.send((k, size, handle))
+            assert [c.recv() for c in conns] == ["ok", "ok"]
+        for c in conns:
+            c.send(None)
+        assert [c.recv() for c in conns] == [0, 0]  # no wrong byte in any held value
+        assert refused > 10  # the leases did hold the writer back
+    finally:
+        for p in procs:
+            p.join(10)
+            if p.is_alive():
+                p.kill()
+        w.close()
