@@ -26,6 +26,16 @@ session config) and SIGKILLs one process at a chosen yield point:
     (LIVE); every put must succeed (LEASE), and ``r1``'s get, resumed at the
     end, must raise the stale-handle error or return its own object (NRR),
     never another.
+``reader_keeps_zero_copy``
+    (a store whose ``get`` takes ``copy=False``: impl; elsewhere
+    ``not-reachable``) ``r1`` gets ``h1`` with ``copy=False`` and keeps the
+    value, a view of shared memory, while the writer puts until a put is
+    refused or the ring has wrapped; every kept value must still read as
+    put (NRR for leased values).  Then ``r1`` drops it, and every put after
+    that must succeed (PROG: a finding quotes the refusal, which names the
+    lease that leaked).  Then ``r1`` keeps the newest value again and is
+    SIGKILLed holding it: the survivors go on as below (LEASE: a dead
+    reader's leases are void).
 
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
@@ -44,6 +54,7 @@ and the geometry).
 
 from __future__ import annotations
 
+import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -61,7 +72,8 @@ killed (LIVE's stated bound in this campaign).  impl's longest wait, for a
 live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
-SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get")
+SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get",
+             "reader_keeps_zero_copy")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -99,6 +111,8 @@ class _Run:
         self.fate = "killed"
         """What happened to ``killed``: ``killed`` or ``stopped``."""
         """Seconds a survivor's step may take (the lease time more with a stopped reader)."""
+        self.refusal = ""
+        """The error of the writer's latest failed put, with its message."""
         self.leases = bool(getattr(pool.target.profile, "leases", False))
         """The target declares reader leases: a put the dead reader's reads block is a LEASE finding."""
 
@@ -157,6 +171,7 @@ class _Run:
         data = bytes([tag, 0, 0, 0]) + bytes([0x41 + tag % 26]) * (PAYLOAD - 4)
         out = self.run_op("writer", "put", {"key": key, "data": data.hex()})
         if out is None or out.result["error"]:
+            self.refusal = (out.result.get("detail") or out.result["error"]) if out is not None else ""
             return None, data
         v = out.result["value"]
         return {"address": v["handle"][0], "id": v["handle"][1], "signature": v["signature"], "key": key}, data
@@ -203,6 +218,67 @@ def _survive(run: _Run, reader: str, start: int) -> None:
             continue  # out of space (a chunk the dead reader owed stays): no lease declared, not a LIVE matter
         if not run.get(reader, h, data):
             return
+
+
+def _offers_zero_copy(target: LoadedTarget) -> bool:
+    """Whether the target's ``get`` takes ``copy`` (impl's ``get(..., copy=False)``)."""
+    get = getattr(getattr(target, "storage_cls", None), "get", None)
+    try:
+        return get is not None and "copy" in inspect.signature(get).parameters
+    except (TypeError, ValueError):
+        return False
+
+
+def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
+    """``reader_keeps_zero_copy`` after ``h1`` was put (module docstring)."""
+    want = encode_value(Blob(d1))
+    where = f"{h1['key']} {(h1['address'], h1['id'])}"
+    out = run.run_op("r1", "keep_get", h1)
+    if out is None:
+        return
+    r = out.result
+    if r["error"] is None and r["value"] != want:
+        run.finding("NRR", nrr_message("reader r1's get(copy=False)", "returned", _render(r["value"]), where,
+                                       _render(want)))
+        return
+    if r["error"] is not None or not run.get("r2", h1, d1):
+        return
+    last = 1
+    for last in range(1, 7):  # with r1's value kept: until a put is refused, or the ring wrapped
+        h, data = run.put(f"k{last}", last)
+        if h is None:
+            if run.res.findings:
+                return
+            break
+        if not (run.get("r1", h, data) and run.get("r2", h, data)):
+            return
+    out = run.run_op("r1", "check_kept", {})
+    if out is None:
+        return
+    now = out.result["value"].get(h1["key"])
+    if now != want:
+        run.finding("NRR", nrr_message("reader r1's kept value of get(copy=False)", "now reads", _render(now),
+                                       where, _render(want), f", after the writer's puts k1..k{last}"))
+        return
+    if run.run_op("r1", "drop_kept", {}) is None:
+        return
+    h = None
+    for i in range(last, last + 6):  # r1 let go: every put must succeed
+        h, data = run.put(f"m{i}", i)
+        if h is None:
+            if not run.res.findings:
+                run.finding("PROG", f"the writer's put of m{i} failed after reader r1 dropped its only value of "
+                                    f"get(copy=False), so a lease leaked: {run.refusal[:300]}")
+            return
+        if not (run.get("r1", h, data) and run.get("r2", h, data)):
+            return
+    out = run.run_op("r1", "keep_get", h)
+    if out is None or out.result["error"] is not None:
+        return
+    run.pool.kill("r1")
+    run.killed, run.held = "r1", "holding a value of get(copy=False)"
+    run.row("r1", "SIGKILL", {}, "killed while it kept a value of get(copy=False)")
+    _survive(run, "r2", last + 6)
 
 
 def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
@@ -269,6 +345,12 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                                                            f"{h1['key']} {(h1['address'], h1['id'])}",
                                                            _render(encode_value(Blob(d1))),
                                                            f", after it stayed stopped past its {lease:g} s lease"))
+        elif scenario == "reader_keeps_zero_copy":
+            if not _offers_zero_copy(target):
+                res.reachable = False
+                run.row("r1", "note", {}, "the store's get takes no copy=False: no value keeps shared memory")
+            else:
+                _keeps_zero_copy(run, h1, d1)
         else:  # writer_killed_mid_put
             out = run.run_op("writer", "put", {"key": "k1", "data": (b"\x01\0\0\0" + b"B" * (PAYLOAD - 4)).hex()},
                              kill_at=lambda out: True)

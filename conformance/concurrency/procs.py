@@ -38,9 +38,11 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import os
 import pickle
 import signal
+import struct
 import sys
 import time
 from dataclasses import dataclass, field
@@ -53,7 +55,7 @@ from shmspec.impl import yieldpoints
 
 from ..core.constructions import START_METHODS as _START_METHODS
 from ..core.errors import ShmspecError
-from ..core.serde import Blob, Garbage, HarnessSerde
+from ..core.serde import MAGIC, MD_BYTES, Blob, Garbage, HarnessSerde
 from ..targets.adapter import (SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists,
                               segment_names, warp, warp_counts)
 from ..targets.loader import LoadedTarget
@@ -130,11 +132,23 @@ class ScheduledSerde(HarnessSerde):
             _WORKER.deserialized.append(encode_value(obj))
         return obj
 
+    def deserialize_shared(self, data: memoryview) -> Any:
+        """impl's ``get(copy=False)``: a ``Blob`` whose ``data`` is the view of
+        shared memory itself (no copy), so a kept value shows what the ring
+        holds there now (the ``reader_keeps_zero_copy`` fault scenario)."""
+        _pause("deserialize")
+        framed = (len(data) >= MD_BYTES and bytes(data[:4]) == MAGIC
+                  and struct.unpack_from("<I", data, 4)[0] == len(data) - MD_BYTES)
+        obj = Blob(data[MD_BYTES:]) if framed else Garbage(bytes(data))
+        if _WORKER is not None:
+            _WORKER.deserialized.append(encode_value(obj))
+        return obj
+
 
 def encode_value(v: Any) -> Any:
     """JSON-able form of an operation's result: Blob -> {"blob": hex}, ..."""
     if isinstance(v, Blob):
-        return {"blob": v.data.hex()}
+        return {"blob": bytes(v.data).hex()}
     if isinstance(v, Garbage):
         return {"garbage": v.raw.hex()}
     if isinstance(v, (tuple, list)):
@@ -156,6 +170,8 @@ class _Worker:
         self.active = False
         self.last_point: str | None = None
         self.deserialized: list[Any] = []
+        self.kept: dict[str, Any] = {}
+        """Values of ``get(copy=False)`` this reader keeps, by key (``keep_get``)."""
 
     def pause(self, point: str) -> None:
         if not self.active:
@@ -262,6 +278,21 @@ class _Worker:
             elif action == "get":
                 obs = a.reader_get(self.name, args["address"], args["id"], args.get("signature"), args.get("key"))
                 obs_value = encode_value(obs.value)
+            elif action == "keep_get":  # impl's get(copy=False); the value is kept until drop_kept
+                view = a.readers[self.name]
+                obs = observe(lambda: view.get(args["address"], args["id"], args.get("signature"), args.get("key"),
+                                               copy=False))
+                if obs.ok:
+                    self.kept[args["key"]] = obs.value
+                obs_value = encode_value(obs.value)
+            elif action == "check_kept":  # what every kept value reads now
+                obs = observe(lambda: None)
+                obs_value = {k: encode_value(v) for k, v in self.kept.items()}
+            elif action == "drop_kept":
+                self.kept.clear()
+                gc.collect()
+                obs = observe(lambda: None)
+                obs_value = None
             elif action == "clear":
                 obs = a.clear()
                 obs_value = None
@@ -285,6 +316,8 @@ class _Worker:
         return {"value": obs_value, "error": obs.error, "detail": obs.detail}, self.deserialized
 
     def _close(self) -> bool:
+        self.kept.clear()
+        gc.collect()
         a, self.adapter = self.adapter, None
         if a is None:
             return True

@@ -41,7 +41,7 @@ against an opposing operation (conformance/concurrency/races.py); runs before th
 Hypothesis-drawn schedules, so a one-preemption race is found whatever the seed."""
 CONTROLLED = Campaign("controlled", frozenset(), CONTROLLED_CHECKS, mode="controlled")
 """Writer and reader processes under schedules Hypothesis draws (conformance/concurrency/schedule.py)."""
-FAULTS = Campaign("faults", frozenset(), frozenset({"LEASE", "LIVE", "NRR"}), mode="faults")
+FAULTS = Campaign("faults", frozenset(), frozenset({"LEASE", "LIVE", "NRR", "PROG"}), mode="faults")
 """Process faults (conformance/concurrency/faults.py): a reader SIGKILLed in the reader
 lock and mid-get, the writer mid-put; LIVE and NRR for the survivors."""
 SW_CAMPAIGN = Campaign("sw", frozenset(), frozenset({"SW"}), mode="threads")

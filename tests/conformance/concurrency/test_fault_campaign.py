@@ -97,3 +97,34 @@ def test_a_stopped_reader_loses_its_lease_on_impl_leased_and_a_lease_without_cop
     assert "stayed stopped past its 10 s lease" in nrr[0].message
     for plain in ("impl", "vllm==0.33.0"):  # no lease time declared: nothing to check
         assert run_scenario(load_or_skip(plain), "reader_stopped_mid_get").reachable is False
+
+
+def test_zero_copy_scenario_holds_on_impl_and_is_not_reachable_on_vllm():
+    """impl: r1 keeps a value of get(copy=False) over h1; the writer's put that
+    needs its bytes is refused, the kept value still reads as put (NRR), the
+    puts go on once r1 drops it (PROG) and once r1 is killed holding another
+    (LEASE)."""
+    res = run_scenario(load_or_skip("impl"), "reader_keeps_zero_copy")
+    assert res.reachable and res.findings == [], [f.message for f in res.findings]
+    actions = [(s["process"], s["action"]) for s in res.steps]
+    assert ("r1", "keep_get") in actions and ("r1", "drop_kept") in actions and ("r1", "SIGKILL") in actions
+    refused = [s for s in res.steps if s["action"] == "put" and not s["observed"].startswith("handle (")]
+    assert refused and refused[0]["observed"] == "OutOfSpace"  # the lease held the writer back
+    after_kill = res.steps[actions.index(("r1", "SIGKILL")):]
+    assert [s["observed"][:8] for s in after_kill if s["action"] == "put"] == ["handle ("] * 6
+    vllm = run_scenario(load_or_skip("vllm==0.33.0"), "reader_keeps_zero_copy")
+    assert vllm.reachable is False and vllm.findings == []
+
+
+@pytest.mark.parametrize("fault, prop, says", [
+    ("zero_copy_unleased", "NRR", "reader r1's kept value of get(copy=False) now reads"),
+    ("zero_copy_lease_leaks", "PROG", "is held by a zero-copy lease of reader slot 0"),
+])
+def test_zero_copy_seeded_faults_are_caught_and_replay(fault, prop, says):
+    spec = f"file:{MUTANTS_DIR / f'{fault}.py'}"
+    res = run_scenario(load_or_skip(spec), "reader_keeps_zero_copy")
+    assert [f.property for f in res.findings] == [prop]
+    assert says in res.findings[0].message
+    config = {"scenario": "reader_keeps_zero_copy"}
+    assert replay_fault(spec, config, prop).startswith(prop)
+    assert replay_fault("impl", config, prop) is None
