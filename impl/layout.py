@@ -7,7 +7,8 @@ Ring segment ``<name>`` (sizes in bytes)::
 
 Reader table ``<name>_r`` (created when the writer's storage is built)::
 
-    [ table header: 64 ][ slot 0 ][ slot 1 ] ... [ slot N-1 ]
+    [ table header: 256 ][ slot 0 ][ slot 1 ] ... [ slot N-1 ]
+    table header = [ 8 words (TBL_*) ][ the writer's serde class name: 192 bytes, UTF-8, 0-padded ]
     slot r = [ slot header: 576 ][ ack 0 ] ... [ ack K-1 ]       (8 bytes each)
     slot header = [ owner pid ][ pin ][ epoch ][ revoked ][ leases ][ 3 spare ]
                   [ lease 0: 4 words ] ... [ lease 15 ]
@@ -65,7 +66,10 @@ TBL_MAX_OBJECT = 2
 TBL_DATA_BYTES = 3
 TBL_MAX_CHUNKS = 4
 TBL_LEASE_US = 5  # the writer's lease time in microseconds; 0: no lease time (no revocation)
-TABLE_HEADER_BYTES = 64
+TABLE_HEADER_BYTES = 256
+TBL_SERDE_OFFSET, TBL_SERDE_BYTES = 64, 192
+"""Bytes of the table header holding the writer's serde family (storage's
+``_serde_name``; a reader of another family is refused: vLLM 0.33.0 checks nothing)."""
 SLOT_HEADER_BYTES = 576
 # slot header words
 SLOT_OWNER_PID = 0

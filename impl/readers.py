@@ -99,7 +99,7 @@ class ReaderTable:
     # ------------------------------------------------------------ lifecycle
     @classmethod
     def create(cls, ring_name: str, n_readers: int, max_chunks: int, data_bytes: int,
-               max_object_size: int, lease_us: int = 0) -> "ReaderTable":
+               max_object_size: int, lease_us: int = 0, serde_name: str = "") -> "ReaderTable":
         """Writer: create and reserve the table (raises ``SharedMemoryFull``).
         Any exception before it is returned (a KeyboardInterrupt from a
         cancelled run included) unlinks the half-made table."""
@@ -111,6 +111,8 @@ class ReaderTable:
             words[layout.TBL_DATA_BYTES] = data_bytes
             words[layout.TBL_MAX_CHUNKS] = max_chunks
             words[layout.TBL_LEASE_US] = lease_us
+            name = serde_name.encode("utf-8", "replace")[: layout.TBL_SERDE_BYTES]
+            shm.buf[layout.TBL_SERDE_OFFSET : layout.TBL_SERDE_OFFSET + len(name)] = name
             words[layout.TBL_MAGIC] = layout.TABLE_MAGIC  # last: the table is complete
             words.release()
             return cls(shm, owner=True)
@@ -119,12 +121,14 @@ class ReaderTable:
             raise
 
     @classmethod
-    def attach(cls, ring_name: str, n_readers: int, max_object_size: int) -> "ReaderTable":
+    def attach(cls, ring_name: str, n_readers: int, max_object_size: int,
+               serde_name: str | None = None) -> "ReaderTable":
         """Reader: attach to the writer's table and check the geometry.
 
         Raises:
             GeometryMismatch: ``n_readers`` or ``max_object_size`` differ from
-                the writer's, or the table is not a version-3 table.
+                the writer's, or ``serde_name`` (a serde family, see storage's ``_serde_name``)
+                from the writer's serde class, or the table is not a version-3 table.
             FileNotFoundError: no writer storage was built on this ring.
         """
         shm = segment.attach_segment(table_name(ring_name))
@@ -140,10 +144,19 @@ class ReaderTable:
                                           ("max_object_size", max_object_size, table.max_object_size)):
                 if given != recorded:
                     raise GeometryMismatch(name, given, recorded, ring_name)
+            recorded_serde = table.serde_name
+            if serde_name is not None and recorded_serde and serde_name != recorded_serde:
+                raise GeometryMismatch("serde_class", serde_name, recorded_serde, ring_name)
         except BaseException:
             table.close()
             raise
         return table
+
+    @property
+    def serde_name(self) -> str:
+        """The writer's serde class name (``__qualname__``; ``""`` if none recorded)."""
+        raw = bytes(self.shm.buf[layout.TBL_SERDE_OFFSET : layout.TBL_SERDE_OFFSET + layout.TBL_SERDE_BYTES])
+        return raw.rstrip(b"\0").decode("utf-8", "replace")
 
     def close(self) -> None:
         """Release the view (the writer's owner view also unlinks the table)."""

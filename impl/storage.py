@@ -76,6 +76,26 @@ class ShmObjectStorageHandle:
     reader_lock: Any | None
 
 
+_SERDE_BASES = frozenset({"object", "ABC", "ObjectSerde", "Generic", "Protocol"})
+
+
+def _serde_name(serde_class: Any) -> str:
+    """What the reader table records of a serde class: its *family*, the
+    ``__qualname__`` of its most basic class below ``ObjectSerde`` (a
+    subclass that records or pauses, as harnesses build for their readers,
+    reads the same bytes as its base), or its ``wire_name`` attribute when
+    it has one.  Not the module, which differs between a spawned child's
+    ``__mp_main__`` and the parent's ``__main__``."""
+    wire = getattr(serde_class, "wire_name", None)
+    if isinstance(wire, str) and wire:
+        return wire
+    mro = getattr(serde_class, "__mro__", None) or type(serde_class).__mro__
+    for cls in reversed(mro):
+        if cls.__name__ not in _SERDE_BASES:
+            return cls.__qualname__
+    return mro[0].__qualname__
+
+
 def _as_bytes_view(obj: Any) -> memoryview:
     if type(obj) is memoryview and obj.ndim == 1 and obj.format == "B":
         return obj  # already flat bytes: no second view
@@ -151,8 +171,11 @@ class SingleWriterShmObjectStorage:
     (``ValueError("Lock must be provided for readers.")``, vLLM 0.11+); the
     lock is required but not taken on any path.  A reader view claims one of
     the ``n_readers`` slots (:class:`~shmspec.model.errors.TooManyReaders`
-    when all are held) and checks ``n_readers`` and ``max_object_size``
-    against the writer's (:class:`~shmspec.model.errors.GeometryMismatch`).
+    when all are held) and checks ``n_readers``, ``max_object_size`` and
+    the serde class's family (its most basic class below ``ObjectSerde``, or
+    its ``wire_name``) against the writer's
+    (:class:`~shmspec.model.errors.GeometryMismatch`; vLLM 0.33.0 checks
+    none of them, and a reader with another serde misreads every object).
 
     Sizes are in bytes; ids are modulo ``2**31``.  Object bytes are
     ``4 + md_nbytes + data_nbytes`` (4 reserved bytes, vLLM's in-band count)
@@ -264,9 +287,9 @@ class SingleWriterShmObjectStorage:
             self._pins_seen: dict[int, tuple[int, float]] = {}
             ring_buffer.reader_table = ReaderTable.create(
                 name, n_readers, ring_buffer.max_chunks, ring_buffer.data_buffer_size, max_object_size,
-                lease_us=round(lease_seconds * 1e6) if lease_seconds else 0)
+                lease_us=round(lease_seconds * 1e6) if lease_seconds else 0, serde_name=_serde_name(serde_class))
         else:
-            table = ReaderTable.attach(name, n_readers, max_object_size)
+            table = ReaderTable.attach(name, n_readers, max_object_size, _serde_name(serde_class))
             try:
                 self._slot = table.claim()
             except BaseException:

@@ -105,7 +105,7 @@ PROPERTIES: tuple[Property, ...] = (
     Property('PROM', "a reader's promised read of a handle succeeds until that reader has made it, whatever other readers did (read it twice, or never)",
              severity=12, kind='safety', checkers=frozenset(['controlled', 'lockstep', 'tla']), tla='PROM'),
     Property('PROG', 'once every promised read is made and every touch released, a put of max_object_size succeeds: no chunk stays pinned by a count that never reaches its threshold',
-             severity=13, kind='liveness', checkers=frozenset(['controlled', 'lockstep', 'tla']), tla='PROGLive'),
+             severity=13, kind='liveness', checkers=frozenset(['controlled', 'faults', 'lockstep', 'tla']), tla='PROGLive'),
     Property('LIVE', 'no operation of a live process blocks longer than a stated bound, whatever another process did (killed mid-get, in the reader lock, mid-put); the survivors get no wrong object',
              severity=14, kind='liveness', checkers=frozenset(['faults'])),
     Property('SW', 'two threads using one writer at once are serialized or refused: no exception outside the taxonomy, no key without its live chunk or chunk without its key, no handle that reads back wrong',

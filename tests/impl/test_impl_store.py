@@ -865,3 +865,28 @@ def test_msgpack_serde_without_vllm_names_what_is_missing():
         assert info.value.name in ("torch", "vllm")
     else:  # pragma: no cover - only where vLLM is installed
         MsgpackSerde()
+
+
+def test_a_reader_with_another_serde_than_the_writers_is_refused_and_left_unattached():
+    """issue 28: the reader table records the writer's serde family (its most
+    basic class below ObjectSerde); vLLM 0.33.0 would let such a reader
+    misread every object."""
+    import multiprocess
+
+    from shmspec.impl import BufferPickleSerde, PickleSerde
+    from shmspec.model.errors import GeometryMismatch
+
+    w = SingleWriterShmObjectStorage(1024, 1, SingleWriterShmRingBuffer(4096, create=True), serde_class=PickleSerde)
+    try:
+        h = w.handle()
+        h.reader_lock = multiprocess.Lock()
+        h.serde_class = BufferPickleSerde
+        with pytest.raises(GeometryMismatch, match="serde_class='BufferPickleSerde', but the writer .* "
+                                                   "recorded 'PickleSerde'"):
+            SingleWriterShmObjectStorage.create_from_handle(h)
+        h.serde_class = type("RecordingPickleSerde", (PickleSerde,), {})  # a subclass: the same family, accepted
+        r = SingleWriterShmObjectStorage.create_from_handle(h)  # and the slot was not taken by the refused one
+        assert r.get(*w.put("a", 1), w.get_signature("a"), "a") == 1
+        r.close()
+    finally:
+        w.close()
