@@ -50,8 +50,12 @@ Five *stores* run side by side on the same payloads:
   16 (timed), then digests and drops them (not timed), so its get window is
   the sum of those timed stretches.  ``zero-copy/vLLM`` is its rate over
   vLLM's.  It runs in rounds of its own after the stores' (before the
-  physical bound's), as the physical bound does: with it in the stores'
-  rotation, the copying gets right after its rounds ran 2-6x slower.
+  physical bound's), as the physical bound does, unless the readers'
+  allocator retains freed memory (``--reader-malloc retain``): then every
+  store, the bound included, takes its turn in the same rounds
+  (``interleaved`` in a row).  Under glibc's default allocator the copying
+  gets right after a round that allocated nothing (zerocopy, physical) ran
+  2-6x slower (2026-12-06: impl/vLLM 0.17-0.44); with ``retain``, 1.02-1.20.
 
 Processes: this process is the writer; for each reader count N, N reader
 processes are forked (``multiprocess``, fork, as ``conformance/concurrency/procs.py``
@@ -746,8 +750,12 @@ def _rates(ns_list: list[int], objects: int, size: int) -> dict[str, Any]:
 
 
 def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, LoadedTarget | None],
-            serde: type, rounds: int, objects: int | None, seed: int = 0) -> dict[str, Any]:
-    """One (size, readers) row: every store in ``targets`` for ``rounds`` timed rounds."""
+            serde: type, rounds: int, objects: int | None, seed: int = 0,
+            interleave: bool = False) -> dict[str, Any]:
+    """One (size, readers) row: every store in ``targets`` for ``rounds`` timed
+    rounds; ``interleave``: the physical bound and the zerocopy store take
+    their turns in the stores' rounds (else they run rounds of their own after
+    them)."""
     g = geometry(size, objects)
     pool = random.Random(seed + size).randbytes(size + 64 * 1024)
     stores: dict[str, _Store] = {}
@@ -762,7 +770,10 @@ def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, Load
         # allocator state), which would rate the store that follows it.
         # So does the zerocopy store's (2026-12-06: impl/vLLM gets 0.17-0.44 with zerocopy in the
         # rotation, 0.98-1.02 without): it allocates nothing, so the copying store after it pays fresh pages.
-        alone = ("zerocopy", "physical")
+        # With the readers' allocator retaining freed memory (--reader-malloc retain) neither effect shows
+        # (2026-12-06: impl/vLLM 1.02 and 1.20, impl/physical 0.92 at 16 MiB, every store in one rotation),
+        # so there every store, the bound included, takes its turn in the same rounds.
+        alone = () if interleave else ("zerocopy", "physical")
         names = [n for n in targets if n not in alone]
         for r in range(rounds + 1 if names else 0):  # round 0: warm-up, verified but not timed
             order = names[r % len(names):] + names[:r % len(names)]
@@ -780,6 +791,7 @@ def run_row(size: int, readers: Readers, n_readers: int, targets: dict[str, Load
     row: dict[str, Any] = {"size": size, "size_label": fmt_size(size), "readers": n_readers,
                            "objects": g.objects, "rounds": rounds, "warmup_rounds": 1,
                            "ring_bytes": g.ring_bytes, "max_object_size": g.max_object_size,
+                           "interleaved": bool(interleave),
                            "put": {}, "get": {}, "ratios": {}, "verified": {}}
     for name, t in tallies.items():
         row["put"][name] = _rates(t.put_ns, g.objects, size)
@@ -854,7 +866,8 @@ def run(sizes: list[int], readers_list: list[int], rounds: int, stores: list[str
         readers = Readers(n, targets, serde, reader_malloc)
         try:
             for size in sizes:
-                row = run_row(size, readers, n, targets, serde, rounds, objects)
+                row = run_row(size, readers, n, targets, serde, rounds, objects,
+                              interleave=reader_malloc == "retain")
                 rows.append(row)
                 if on_row:
                     on_row(row)

@@ -348,3 +348,11 @@ def test_zero_copy_microbench_runs_and_checks_its_values():
                        cwd=REPO, capture_output=True, text=True, timeout=120)
     assert p.returncode == 0, p.stdout + p.stderr
     assert "get(copy=False)" in p.stdout and "ratio" in p.stdout
+
+
+@pytest.mark.parametrize("malloc, interleaved", [("default", False), ("retain", True)])
+def test_the_bound_shares_the_stores_rounds_when_the_readers_retain_memory(tmp_path, malloc, interleaved):
+    p, doc = _bench(tmp_path, "--sizes", "64KiB", "--stores", "impl,copy,physical,zerocopy", "--reader-malloc", malloc)
+    assert p.returncode == 0, p.stdout + p.stderr
+    _check_rows(doc, ["impl", "copy", "physical", "zerocopy"], [64 * 1024])
+    assert [r["interleaved"] for r in doc["store"]["rows"]] == [interleaved]
