@@ -188,8 +188,9 @@ class SingleWriterShmObjectStorage:
     by :meth:`touch` and *every* reader slot has acknowledged at least
     ``writer_flag[id]`` reads of it, so a reader that reads a handle twice
     never stands in for another (PROM).  A writer built with the readers'
-    lock is one of the ``n_readers`` readers: its gets are counted (vLLM
-    0.33.0), in a slot it claims at its first get.  Reader leases (LEASE):
+    lock holds no slot; its gets are counted (vLLM 0.33.0) and make up any
+    slot's shortfall (:meth:`stand_in_reads`), so ``n_readers`` of them
+    free a chunk no reader read.  Reader leases (LEASE):
     with ``lease_policy="forfeit"`` the reads a gone reader (view closed,
     process dead) still owed are forfeited at the next reclaim, so a dead
     reader never stops the writer; ``OutOfSpace`` names the reader slots
@@ -278,6 +279,7 @@ class SingleWriterShmObjectStorage:
             self._key_index: dict[str, tuple[int, int]] = {}
             self._id_index: dict[int, str] = {}
             self._writer_flag: dict[int, int] = {}
+            self._stand_in: dict[int, int] = {}
             self._touched: set[int] = set()
             self.forfeited = {}
             self._forfeit_seen: set[int] = set()
@@ -379,6 +381,7 @@ class SingleWriterShmObjectStorage:
             _, key, pending = intent
             address, monotonic_id = pending[0], pending[1]
             self._writer_flag[monotonic_id] = 1
+            self._stand_in.pop(monotonic_id, None)
             self._key_index[key] = (address, monotonic_id)
             self._id_index[monotonic_id] = key
             self.ring_buffer.commit_buf(pending)
@@ -390,6 +393,7 @@ class SingleWriterShmObjectStorage:
                     del self._key_index[key]
                 self._id_index.pop(monotonic_id, None)
                 self._writer_flag.pop(monotonic_id, None)
+                self._stand_in.pop(monotonic_id, None)
                 self._touched.discard(monotonic_id)
                 self._forfeit_seen.discard(monotonic_id)
         elif kind == "clear":
@@ -397,6 +401,7 @@ class SingleWriterShmObjectStorage:
             self._key_index.clear()
             self._id_index.clear()
             self._writer_flag.clear()
+            self._stand_in.clear()
             self._touched.clear()
             self._forfeit_seen.clear()
         elif kind == "promise":
@@ -574,7 +579,10 @@ class SingleWriterShmObjectStorage:
         reads = self.ring_buffer.reads_since_alloc(id)
         if not reads or min(reads) >= promised:  # every slot: reads >= promised
             return []
-        return [r for r, n in enumerate(reads) if n < promised]
+        short = [r for r, n in enumerate(reads) if n < promised]
+        if self._stand_in.get(id, 0) >= sum(promised - reads[r] for r in short):
+            return []  # the writer's gets (built with the readers' lock) made up the shortfall
+        return short
 
     def _gone(self, table: ReaderTable, r: int) -> bool:
         """Writer: whether reader slot ``r``'s lease has ended: claimed and no
@@ -656,8 +664,11 @@ class SingleWriterShmObjectStorage:
             return f"{r} (pid {pid})"
 
         who = ", ".join(whose(r) for r in owed)
+        stand_in = self._stand_in.get(head, 0)
+        given = (f" (the writer's {stand_in} get(s) with the readers' lock made up part of that)"
+                 if stand_in else "")
         return (f"; the oldest chunk (id {head}, key {key!r}) waits for {promised} read(s) by reader "
-                f"slot{'s' * (len(owed) > 1)} {who}")
+                f"slot{'s' * (len(owed) > 1)} {who}{given}")
 
     def reads(self, monotonic_id: int) -> tuple[int, ...]:
         """Writer: reads acknowledged for live chunk ``monotonic_id``, per
@@ -665,6 +676,17 @@ class SingleWriterShmObjectStorage:
         fresh store).  impl only; harnesses read it to check RC."""
         self._require_writer("inspect reads")
         return self.ring_buffer.reads_since_alloc(monotonic_id)
+
+    def stand_in_reads(self, monotonic_id: int) -> int:
+        """Writer: gets of live chunk ``monotonic_id`` this writer counted
+        because it was built with the readers' lock (vLLM 0.33.0 counts such
+        a writer's gets as readers' reads).  It holds no reader slot; these
+        reads make up any slot's shortfall in the reclaim check (a chunk is
+        reclaimable once they cover the sum of what the slots still owe:
+        ``n_readers`` of them with no reader attached, as in vLLM).  0 for a
+        writer built without the lock.  impl only; harnesses read it to check RC."""
+        self._require_writer("inspect reads")
+        return self._stand_in.get(monotonic_id, 0)
 
     def warp_reads(self, monotonic_id: int, reads: tuple[int, ...]) -> None:
         """Writer, test hook (boundary programs): make live chunk
@@ -1039,10 +1061,7 @@ class SingleWriterShmObjectStorage:
                 raise StaleHandle(address, monotonic_id)
             value = self._deserialize(address, ring.chunk_size(monotonic_id))
             if self._reader_lock is not None:  # vLLM 0.33.0: a writer with the lock counts its gets
-                table = ring.reader_table
-                if self._slot is None:
-                    self._slot = table.claim()
-                table.words[table.ack_index(self._slot, abs_counter)] += 1
+                self._stand_in[monotonic_id] = self._stand_in.get(monotonic_id, 0) + 1
             return value
 
     def touch(

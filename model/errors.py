@@ -167,7 +167,8 @@ class TooManyReaders(StoreError, ValueError):
 
     Each of the ``n_readers`` readers must read every handle once before its
     chunk is reclaimed, so a store cannot count a reader it has no slot for.
-    A writer built with the readers' lock takes a slot at its first ``get``.
+    A writer built with the readers' lock holds no slot: its gets stand in
+    for readers' (vLLM 0.33.0), so they never raise this.
     """
 
     kind = "TooManyReaders"

@@ -137,7 +137,8 @@ class State:
             allocated since.
         writer_lock: the construction: the writer was given the readers' lock,
             so its gets are counted (vLLM 0.33.0) as those of a reader named
-            :data:`WRITER` (per reader: it takes a slot at its first get).
+            :data:`WRITER` (per reader: it holds no slot; its reads stand in
+            for any slot's, :func:`per_reader_complete`).
     """
 
     profile: Profile
@@ -211,12 +212,17 @@ def reader_slots(state: State) -> tuple[str, ...]:
     return state.readers[: state.n_readers]
 
 
-def per_reader_complete(reads: Any, writer_count: int, n_readers: int) -> bool:
+def per_reader_complete(reads: Any, writer_count: int, n_readers: int, stand_in: int = 0) -> bool:
     """RC's per-reader form: ``n_readers`` slots each with at least
-    ``writer_count`` reads (``reads``: the per-slot counts, missing slots 0)."""
+    ``writer_count`` reads (``reads``: the per-slot counts, missing slots 0),
+    where ``stand_in`` reads (the gets of a writer built with the readers'
+    lock, vLLM 0.33.0's construction) make up any slot's shortfall: the chunk
+    is complete when they cover the sum of the slots' shortfalls.  With no
+    reader attached that is vLLM's ``reader_count >= writer_count *
+    n_readers``."""
     counts = list(reads)[:n_readers]
     counts += [0] * (n_readers - len(counts))
-    return all(c >= writer_count for c in counts)
+    return stand_in >= sum(max(0, writer_count - c) for c in counts)
 
 
 def is_free(state: State, chunk: Chunk) -> bool:
@@ -230,7 +236,7 @@ def is_free(state: State, chunk: Chunk) -> bool:
     if state.profile.per_reader:
         reads = dict(chunk.reads)
         return per_reader_complete([reads.get(r, 0) for r in reader_slots(state)], chunk.writer_count,
-                                   state.n_readers)
+                                   state.n_readers, reads.get(WRITER, 0))
     return reads_complete(chunk.reader_count, chunk.writer_count, state.n_readers)
 
 
@@ -394,11 +400,7 @@ def _writer_get(s: State, a: Action) -> tuple[State, Outcome]:
         return s, err
     if not s.writer_lock:
         return s, Outcome(value=chunk.value)
-    if s.profile.per_reader and WRITER not in s.readers:  # the writer takes a reader slot
-        if len(s.readers) >= s.n_readers:
-            return s, _err(TooManyReaders(s.n_readers))
-        s = replace(s, readers=s.readers + (WRITER,))
-        chunk = s.resolve(a.arg("address"), a.arg("id"))
+    # per reader: the writer holds no slot; its reads make up the slots' shortfall (is_free)
     return _count_read(s, chunk, WRITER), Outcome(value=chunk.value)
 
 

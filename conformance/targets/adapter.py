@@ -83,7 +83,9 @@ class SnapChunk:
     """A live chunk as read from a target: ids, virtual address, bytes, counts.
 
     ``reads``: reads per reader slot, for stores that count them per reader
-    (impl: ``storage.reads(id)``); then ``reader_count`` is their sum.
+    (impl: ``storage.reads(id)``); then ``reader_count`` is their sum plus
+    ``stand_in``, the gets of a writer built with the readers' lock (impl:
+    ``storage.stand_in_reads(id)``), which make up any slot's shortfall.
     ``None`` for vLLM's in-band aggregate count."""
 
     id: int
@@ -92,13 +94,14 @@ class SnapChunk:
     reader_count: int
     writer_count: int
     reads: tuple[int, ...] | None = None
+    stand_in: int = 0
 
     def reads_done(self, n_readers: int) -> bool:
         """RC's reclaim threshold on this chunk: per reader when ``reads`` is
         known (every slot read it ``writer_count`` times), else vLLM's
         ``reader_count >= writer_count * n_readers``."""
         if self.reads is not None:
-            return per_reader_complete(self.reads, self.writer_count, n_readers)
+            return per_reader_complete(self.reads, self.writer_count, n_readers, self.stand_in)
         return reads_complete(self.reader_count, self.writer_count, n_readers)
 
     def counts_text(self, n_readers: int) -> str:
@@ -107,7 +110,8 @@ class SnapChunk:
             short = [f"slot {i + 1}: {n}" for i, n in enumerate(self.reads) if n < self.writer_count]
             why = ", ".join(short) + f" < writer_count {self.writer_count}" if short else \
                 f"{len(self.reads)} slots for {n_readers} readers"
-            return f"reads per reader {list(self.reads)} ({why})"
+            given = f", {self.stand_in} by the writer" if self.stand_in else ""
+            return f"reads per reader {list(self.reads)}{given} ({why})"
         return f"reader_count {self.reader_count} < writer_count {self.writer_count} x n_readers {n_readers}"
 
     @property
@@ -285,16 +289,19 @@ class StoreAdapter:
         base = data_offset(rb)
         chunks = []
         per_reader = getattr(w, "reads", None)
+        stand_ins = getattr(w, "stand_in_reads", None)
         for id_, address in live_chunks(w):
             p = base + address % B
             size = int.from_bytes(buf[p + 4 : p + 8], "little", signed=True)
+            stand_in = 0
             if per_reader is not None:
                 reads = tuple(per_reader(id_))
-                count = sum(reads)
+                stand_in = stand_ins(id_) if stand_ins is not None else 0
+                count = sum(reads) + stand_in
             else:
                 reads = None
                 count = int.from_bytes(buf[p + 8 : p + 12], "little", signed=True)
-            chunks.append(SnapChunk(id_, address, size, count, w.writer_flag.get(id_, 0), reads))
+            chunks.append(SnapChunk(id_, address, size, count, w.writer_flag.get(id_, 0), reads, stand_in))
         return Snapshot(
             rb.data_buffer_start, rb.data_buffer_end, rb.monotonic_id_start, rb.monotonic_id_end,
             chunks, dict(w.key_index), B,

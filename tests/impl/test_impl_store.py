@@ -890,3 +890,74 @@ def test_a_reader_with_another_serde_than_the_writers_is_refused_and_left_unatta
         r.close()
     finally:
         w.close()
+
+
+def _locked_writer(B, max_object_size, n_readers, lock=True):
+    ring = SingleWriterShmRingBuffer(B, create=True)
+    return SingleWriterShmObjectStorage(max_object_size, n_readers, ring, RawSerde,
+                                        threading.Lock() if lock else None)
+
+
+def test_writer_with_the_lock_frees_a_chunk_after_n_readers_gets():
+    """vLLM 0.33.0's own store tests read every chunk ``n_readers`` times
+    through a writer built with a reader lock, then fill the ring again: the
+    writer's gets make the chunk reclaimable (issue 28 item 6).  On
+    2026-12-05's main put 17 of this loop raised OutOfSpace ("waits for 1
+    read(s) by reader slots 1, 2": the writer held slot 0)."""
+    writer = _locked_writer(4096, 512, 3)
+    try:
+        for i in range(60):
+            value = bytes([i]) * 400
+            address, mid = writer.put(f"k{i}", value)
+            for n in range(3):
+                assert writer.get(address, mid) == value
+                assert writer.stand_in_reads(mid) == n + 1
+            assert writer.reads(mid) == (0, 0, 0)  # no reader slot was taken
+        # n_readers - 1 gets are not enough: the ring fills and the message says who owes
+        with pytest.raises(OutOfSpace, match=r"waits for 1 read\(s\) by reader slots? 0"):
+            for i in range(60, 120):
+                address, mid = writer.put(f"k{i}", bytes(400))
+                writer.get(address, mid)
+                writer.get(address, mid)
+    finally:
+        writer.close()
+
+
+def test_writer_with_the_lock_makes_up_only_the_shortfall():
+    """With a reader attached its own reads count in its slot and the
+    writer's gets make up the rest; the writer's gets never free a chunk a
+    reader still owes more reads of than they cover, and a writer built
+    without the lock counts nothing (vLLM: its gets are not counted)."""
+    writer = _locked_writer(4096, 512, 2)
+    handle = ShmObjectStorageHandle(512, 2, writer.ring_buffer.handle(), RawSerde, threading.Lock())
+    reader = SingleWriterShmObjectStorage.create_from_handle(handle)
+    try:
+        a, m = writer.put("a", b"a" * 100)
+        writer.get(a, m)
+        writer.get(a, m)  # two stand-in reads before the reader's: its read makes three, two promised
+        assert reader.get(a, m, writer.get_signature("a"), "a") == b"a" * 100
+        assert writer.reads(m) == (1, 0) and writer.stand_in_reads(m) == 2
+        b, n = writer.put("b", b"b" * 100)
+        writer.get_cached("b")  # two reads promised per slot: shortfall 2 + 2 = 4
+        for _ in range(3):
+            writer.get(b, n)
+        writer.free_unused()
+        assert m not in writer.ring_buffer.metadata and n in writer.ring_buffer.metadata
+        sig = writer.get_signature("b")
+        writer.get(b, n)
+        writer.free_unused()
+        assert n not in writer.ring_buffer.metadata
+        with pytest.raises(StaleHandle):
+            reader.get(b, n, sig, "b")
+    finally:
+        reader.close()
+        writer.close()
+    plain = _locked_writer(4096, 512, 1, lock=False)
+    try:
+        a, m = plain.put("a", b"a")
+        plain.get(a, m)
+        assert plain.stand_in_reads(m) == 0
+        plain.free_unused()
+        assert m in plain.ring_buffer.metadata
+    finally:
+        plain.close()

@@ -60,10 +60,11 @@ def test_impl_passes_controlled_and_free_campaigns(writer_lock):
             assert ran[0].rates["ops"] > 0
 
 
-def test_writer_with_the_lock_takes_a_reader_slot_and_counts_its_gets():
-    """vLLM 0.33.0 counts the gets of a writer built with the readers' lock;
-    impl makes that writer one of the ``n_readers`` readers (it takes a slot
-    at its first get), and the model says the same, in lockstep."""
+def test_writer_with_the_lock_counts_its_gets_in_place_of_readers():
+    """vLLM 0.33.0 counts the gets of a writer built with the readers' lock
+    as readers' reads; impl's writer holds no reader slot and its gets make
+    up any slot's shortfall (issue 28 item 6), and the model says the same,
+    in lockstep."""
     target = load_target("impl")
     s = Session(target, SessionConfig(n_readers=2, readers=("r1",), writer_lock=True))
     try:
@@ -72,21 +73,30 @@ def test_writer_with_the_lock_takes_a_reader_slot_and_counts_its_gets():
         assert s.state.ring.chunks[0].reader_count == 1
         step = s.execute(Call("writer", "get", {"ref": "h1"}))
         assert step.observed == repr(Blob(b"aaaa")) and step.violations == []
-        assert s.state.readers == ("r1", "writer")
-        assert s.adapter.writer.reads(0) == (1, 1)
+        assert s.state.readers == ("r1",)
+        assert s.adapter.writer.reads(0) == (1, 0) and s.adapter.writer.stand_in_reads(0) == 1
         s.execute(Call("writer", "free_unused", {}))
-        assert s.state.ring.chunks == ()  # both slots read it: reclaimed, in model and target alike
+        assert s.state.ring.chunks == ()  # slot 2's read made up by the writer's: reclaimed in both
     finally:
         s.close()
 
 
-def test_writer_with_the_lock_beyond_n_readers_is_refused():
+def test_writer_with_the_lock_reads_with_every_slot_held():
+    """With both slots held by readers the writer's get is still served and
+    counted (vLLM has no slots to run out of); two of them free a chunk
+    neither reader read."""
     target = load_target("impl")
     s = Session(target, replace(SessionConfig(), writer_lock=True))  # r1 and r2 hold both slots
     try:
         s.execute(Call("writer", "put", {"key": "a", "data": b"aaaa".hex()}))
-        step = s.execute(Call("writer", "get", {"ref": "h1"}))
-        assert step.observed.startswith("TooManyReaders") and step.violations == []
+        for _ in range(2):
+            step = s.execute(Call("writer", "get", {"ref": "h1"}))
+            assert step.observed == repr(Blob(b"aaaa")) and step.violations == []
+        s.execute(Call("writer", "free_unused", {}))
+        assert s.state.ring.chunks == ()
+        step = s.execute(Call("r1", "get", {"ref": "h1"}))
+        assert step.observed.startswith("StaleHandle") and step.violations == [], step.observed
+        assert s.deviations[-1]["property"] == "PROM"  # the writer's gets spent r1's promise: not the store's fault
     finally:
         s.close()
 
