@@ -195,8 +195,8 @@ def test_stress_checker_sees_damaged_objects(hard_limit):
 def test_other_constructions_no_wrong_objects(hard_limit, readers, start_method, writer_lock):
     """The same load, shorter, in the other constructions users deploy: one
     reader, eight, readers started by spawn, and a writer given the readers'
-    lock (impl takes no lock on any path; such a writer would count as one
-    of the readers if it read, which it does not here)."""
+    lock (impl takes no lock on any path; such a writer's gets would stand
+    in for readers' reads if it read, which it does not here)."""
     ring_cls, storage_cls, where = _store()
     res = run_stress(ring_cls, storage_cls, readers=readers, seconds=60.0, puts=4000, start_method=start_method,
                      writer_lock=writer_lock)
