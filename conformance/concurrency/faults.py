@@ -36,6 +36,17 @@ session config) and SIGKILLs one process at a chosen yield point:
     lease that leaked).  Then ``r1`` keeps the newest value again and is
     SIGKILLed holding it: the survivors go on as below (LEASE: a dead
     reader's leases are void).
+``reader_writes_garbage``
+    (a store with reader leases, a lease time and per-reader words in
+    shared memory: ``--target impl-leased``; elsewhere ``not-reachable``)
+    ``r1`` and ``r2`` read ``h1``, then ``r1`` writes garbage into its own
+    words: a pin on ``h1`` that never ends and 1000 more acknowledgements
+    of every chunk, and goes on living.  The writer puts until the ring has
+    wrapped, retrying a refused put, and ``r2`` reads each object: the
+    garbage may delay the writer by one lease time at most (LIVE: each put
+    succeeds within the lease time plus :data:`LIVE_BOUND`), and never
+    makes ``r2`` get another object (NRR).  Then ``r1`` gets the newest
+    handle: its own object or the store's error, never another (NRR).
 
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
@@ -73,7 +84,7 @@ live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
 SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get",
-             "reader_keeps_zero_copy")
+             "reader_keeps_zero_copy", "reader_writes_garbage")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -281,6 +292,47 @@ def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
     _survive(run, "r2", last + 6)
 
 
+def _writes_garbage(run: _Run, h1: dict, d1: bytes, lease: float) -> None:
+    """``reader_writes_garbage`` after ``h1`` was put (module docstring)."""
+    if not (run.get("r1", h1, d1) and run.get("r2", h1, d1)):
+        return
+    out = run.run_op("r1", "scribble", {})
+    if out is None:
+        return
+    if out.result["error"]:
+        run.res.reachable = False
+        run.row("r1", "note", {}, f"no words of its own to write garbage into ({out.result['detail'][:120]})")
+        return
+    run.killed, run.fate, run.held = "r1", "writing garbage", "into its own pin and acknowledgement words"
+    run.bound = lease + LIVE_BOUND
+    h = None
+    for i in range(1, 7):
+        t0, tries = time.monotonic(), 0
+        while True:
+            h, data = run.put(f"k{i}", i)
+            if h is not None or run.res.findings:
+                break
+            tries += 1
+            if time.monotonic() - t0 > run.bound:
+                run.finding("LIVE", f"the writer's put of k{i} was refused for {time.monotonic() - t0:.1f} s "
+                                    f"({tries} tries; bound: the lease time {lease:g} s plus {LIVE_BOUND:g} s) "
+                                    f"after reader r1 wrote garbage into its own words: {run.refusal[:240]}")
+                return
+            time.sleep(0.1)
+        if run.res.findings or not run.get("r2", h, data):
+            return
+    last = dict(h)
+    run.killed = None  # r1 is not faulted any more: its get is judged like any reader's
+    out = run.run_op("r1", "get", last)
+    if out is not None:
+        r = out.result
+        if r["error"] is None and r["value"] != encode_value(Blob(data)):
+            run.finding("NRR", nrr_message("reader r1's get", "returned", _render(r["value"]),
+                                           f"{last['key']} {(last['address'], last['id'])}",
+                                           _render(encode_value(Blob(data))),
+                                           ", after it wrote garbage into its own words"))
+
+
 def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                  start_method: str = "fork") -> ScenarioResult:
     """Run one scenario on a fresh pool (two readers, started by
@@ -345,6 +397,14 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                                                            f"{h1['key']} {(h1['address'], h1['id'])}",
                                                            _render(encode_value(Blob(d1))),
                                                            f", after it stayed stopped past its {lease:g} s lease"))
+        elif scenario == "reader_writes_garbage":
+            lease = getattr(getattr(target.module, "SingleWriterShmObjectStorage", None), "LEASE_SECONDS", None)
+            if not (run.leases and lease):
+                res.reachable = False
+                run.row("r1", "note", {}, "the store declares no reader leases with a lease time: a reader's "
+                                          "garbage pin holding the writer is not against its contract")
+            else:
+                _writes_garbage(run, h1, d1, lease)
         elif scenario == "reader_keeps_zero_copy":
             if not _offers_zero_copy(target):
                 res.reachable = False

@@ -288,6 +288,10 @@ class _Worker:
             elif action == "check_kept":  # what every kept value reads now
                 obs = observe(lambda: None)
                 obs_value = {k: encode_value(v) for k, v in self.kept.items()}
+            elif action == "scribble":  # a misbehaving reader: garbage into its own pin and ack words (impl)
+                view = a.readers[self.name]
+                obs = observe(lambda: _scribble(view))
+                obs_value = None
             elif action == "drop_kept":
                 self.kept.clear()
                 gc.collect()
@@ -697,6 +701,25 @@ class ProcessPool:
             resource_tracker.unregister("/" + s.lstrip("/"), "shared_memory")
         self.segments.clear()
         return leaked
+
+
+def _scribble(view: Any) -> None:
+    """Write garbage into reader ``view``'s own words of impl's reader table:
+    a fixed pin on allocation 0 with a high tag (a read that never ends) and
+    1000 more acknowledgements of every ack word (reads never made).
+
+    Raises:
+        NotImplementedError: the view has no reader-table slot (a store
+            without per-reader words: nothing of its own to scribble on).
+    """
+    table = getattr(getattr(view, "ring_buffer", None), "reader_table", None)
+    pin_at, ack_at = getattr(view, "_pin_at", None), getattr(view, "_ack_at", None)
+    if table is None or pin_at is None or ack_at is None:
+        raise NotImplementedError("this reader has no words of its own in shared memory")
+    words = table.words
+    words[pin_at] = (0xBEEF << 48) | 1
+    for k in range(table.max_chunks):
+        words[ack_at + k] = (words[ack_at + k] + 1000) & (2**64 - 1)
 
 
 def _snapshot_from(d: dict | None) -> Snapshot | None:

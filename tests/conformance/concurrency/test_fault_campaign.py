@@ -128,3 +128,27 @@ def test_zero_copy_seeded_faults_are_caught_and_replay(fault, prop, says):
     config = {"scenario": "reader_keeps_zero_copy"}
     assert replay_fault(spec, config, prop).startswith(prop)
     assert replay_fault("impl", config, prop) is None
+
+
+@pytest.mark.slow  # two runs of the garbage-writing reader's scenario: 10 s and 20 s (the lease time)
+def test_a_reader_writing_garbage_delays_the_writer_one_lease_time_and_an_unrevoked_pin_is_caught():
+    """``reader_writes_garbage`` (issue 28 item 7): r1 pins h1 for ever and
+    acknowledges everything, and lives on.  On impl with a lease time the
+    put that wraps onto h1's bytes waits one lease time, r2 reads every
+    object right and r1's own later get returns its object; on a pin wait
+    that never revokes (``garbage_pin_unrevoked``) LIVE names the refused
+    put, found again from the finding's config.  Without a lease time, and
+    on vLLM, nothing is claimed."""
+    res = run_scenario(load_or_skip("impl-leased"), "reader_writes_garbage")
+    assert res.reachable and res.findings == [], [f.message for f in res.findings]
+    actions = [(s["process"], s["action"]) for s in res.steps]
+    assert ("r1", "scribble") in actions and actions[-1] == ("r1", "get")
+    assert [s["observed"][:8] for s in res.steps if s["action"] == "put"] == ["handle ("] * 7
+    assert 9.0 < res.longest_step < 15.0  # the one put that needed h1's bytes waited for the lease time
+    spec = f"file:{MUTANTS_DIR / 'garbage_pin_unrevoked.py'}"
+    bad = run_scenario(load_or_skip(spec), "reader_writes_garbage")
+    assert [f.property for f in bad.findings] == ["LIVE"]
+    assert "after reader r1 wrote garbage into its own words: ReaderStalled" in bad.findings[0].message
+    assert replay_fault(spec, {"scenario": "reader_writes_garbage"}, "LIVE").startswith("LIVE")
+    for plain in ("impl", "vllm==0.33.0"):
+        assert run_scenario(load_or_skip(plain), "reader_writes_garbage").reachable is False
