@@ -168,13 +168,24 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
     from .. import protocols
     from ..targets.loader import TargetError
 
+    from ..core.config import SessionConfig
+    from ..core.constructions import Construction
+    from ..mutants import RING_CONSTRUCTIONS
+
     t0 = time.monotonic()
+    config = None
+    if not fault.kind and fault.construction:  # a ring fault that shows in one construction: the gate's primary
+        fields = RING_CONSTRUCTIONS.get(fault.construction)
+        if fields is None:
+            return FaultOutcome(fault, None, 0.0, error=f"unknown construction {fault.construction!r} (choose from "
+                                                        f"{', '.join(RING_CONSTRUCTIONS)})")
+        config = Construction(**fields).config(SessionConfig())
     try:
         target = protocols.load(fault.target)
     except TargetError as exc:
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
     with _seed_only():
-        result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns,
+        result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns, config=config,
                           concurrency=concurrency, stop_at=None if full else frozenset({fault.expected}))
     out = FaultOutcome(fault, result, time.monotonic() - t0)
     if report_dir is not None:

@@ -48,6 +48,20 @@ session config) and SIGKILLs one process at a chosen yield point:
     makes ``r2`` get another object (NRR).  Then ``r1`` gets the newest
     handle: its own object or the store's error, never another (NRR).
 
+``reader_closed_mid_get``
+    (a store that declares reader leases, so that a reader's hold on a chunk
+    ends with its view's ``close()``: impl; elsewhere ``not-reachable``)
+    ``r2`` reads ``h1``; ``r1``'s promised read of ``h1`` is left paused at
+    ``deserialize`` while another thread of ``r1``'s process calls its
+    view's ``close()``, which must return within :data:`LIVE_BOUND` (LIVE).
+    The writer then puts until the ring has wrapped onto ``h1``'s bytes (a
+    refused put is within the contract: ``r1``'s read is still in flight);
+    ``r1``'s get, resumed, must deserialize and return ``h1``'s object or
+    raise the store's error, never another (NRR: the close must not give up
+    the pin or the slot under the read, issue 28 item 4).  Once that get has
+    ended, the close has taken effect: the writer's refused put, retried,
+    must succeed (LEASE) and ``r2`` must read it right.
+
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
 LEASE (a target whose profile declares reader leases, impl): after a
@@ -84,7 +98,7 @@ live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
 SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get",
-             "reader_keeps_zero_copy", "reader_writes_garbage")
+             "reader_keeps_zero_copy", "reader_writes_garbage", "reader_closed_mid_get")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -333,6 +347,65 @@ def _writes_garbage(run: _Run, h1: dict, d1: bytes, lease: float) -> None:
                                            ", after it wrote garbage into its own words"))
 
 
+def _closed_mid_get(run: _Run, h1: dict, d1: bytes) -> None:
+    """``reader_closed_mid_get`` after ``h1`` was put (module docstring)."""
+    pool, want = run.pool, encode_value(Blob(d1))
+    where = f"{h1['key']} {(h1['address'], h1['id'])}"
+    if not run.get("r2", h1, d1):
+        return
+    out = pool.start("r1", "get", h1)
+    while out.point is not None and out.point != "deserialize":
+        out = pool.advance("r1")
+    if out.point is None:
+        run.res.reachable = False
+        run.row("r1", "note", {}, "its get has no deserialize yield point")
+        return
+    closed = pool.side_close("r1", LIVE_BOUND)
+    run.row("r1", "close (another thread)", {"during": "get", "at": "deserialize"},
+            (f"returned in {closed['seconds']:.2f} s" if closed["returned"] else
+             f"no return after {closed['seconds']:.1f} s") + (f": {closed['error']}" if closed["error"] else ""))
+    if not closed["returned"]:
+        run.finding("LIVE", f"reader r1's close() from another thread did not return within {LIVE_BOUND:g} s "
+                            "while its get was in flight")
+        return
+    refused: tuple[str, int] | None = None
+    for i in range(1, 7):  # until the ring has wrapped onto h1's bytes, or a put is refused
+        h, data = run.put(f"k{i}", i)
+        if h is None:
+            if run.res.findings:
+                return
+            refused = (f"k{i}", i)
+            break
+        if not run.get("r2", h, data):
+            return
+    while out.point is not None:  # r1's get resumes and ends
+        out = pool.advance("r1")
+    r = out.result
+    run.row("r1", "get", _short(h1), r["error"] or _render(r["value"]))
+    other = [v for v in out.deserialized if v != want]
+    after = ", after another thread of its process closed its view during the read and the writer put again"
+    if other or (r["error"] is None and r["value"] != want):
+        seen = _render(other[0]) if other else _render(r["value"])
+        run.finding("NRR", nrr_message("reader r1's get", "deserialized" if other else "returned", seen, where,
+                                       _render(want), after))
+        return
+    if r["error"] not in (None, "StaleHandle") and not (r["error"] == "Crash:ValueError"
+                                                        and "has been closed" in (r.get("detail") or "")):
+        run.finding("NRR", f"reader r1's get of {where} raised {r['error']} ({(r.get('detail') or '')[:160]}), "
+                           f"neither its object nor the store's stale-handle error{after}")
+        return
+    if refused is None:
+        return
+    key, tag = refused
+    h, data = run.put(key, tag)  # the close has taken effect: r1's reads no longer hold the ring
+    if h is None:
+        if not run.res.findings and run.leases:
+            run.finding("LEASE", f"the writer's put of {key} failed again after reader r1's get ended and its "
+                                 f"deferred close took effect: {run.refusal[:240]}")
+        return
+    run.get("r2", h, data)
+
+
 def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                  start_method: str = "fork") -> ScenarioResult:
     """Run one scenario on a fresh pool (two readers, started by
@@ -405,6 +478,13 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                                           "garbage pin holding the writer is not against its contract")
             else:
                 _writes_garbage(run, h1, d1, lease)
+        elif scenario == "reader_closed_mid_get":
+            if not run.leases:
+                res.reachable = False
+                run.row("r1", "note", {}, "the store declares no reader leases: what a reader holds during a get "
+                                          "is not promised to outlast its view's close()")
+            else:
+                _closed_mid_get(run, h1, d1)
         elif scenario == "reader_keeps_zero_copy":
             if not _offers_zero_copy(target):
                 res.reachable = False

@@ -44,6 +44,7 @@ import pickle
 import signal
 import struct
 import sys
+import threading
 import time
 from dataclasses import dataclass, field
 from multiprocessing import resource_tracker
@@ -197,8 +198,33 @@ class _Worker:
         """Requests answered while paused or idle (never run an operation)."""
         if msg[0] == "snapshot":
             self.send(("snapshot", self._snapshot()))
+        elif msg[0] == "side_close":
+            self.send(("side_closed", self._side_close(float(msg[1]))))
         else:
             self.send(("error", f"{self.name}: unexpected {msg[0]!r} while paused"))
+
+    def _side_close(self, bound: float) -> dict:
+        """Close this reader's view from another thread of this process while
+        its operation is paused (the ``reader_closed_mid_get`` fault scenario:
+        issue 28 item 4).  Waits ``bound`` seconds for ``close()`` to return;
+        returns ``{"returned", "seconds", "error"}``."""
+        view = self.adapter.readers.get(self.name) if self.adapter is not None else None
+        if view is None:
+            return {"returned": False, "seconds": 0.0, "error": "no reader view to close"}
+        closer = getattr(view, "close", None) or view.ring_buffer.shared_memory.close
+        box: dict = {"error": None}
+
+        def close() -> None:
+            try:
+                closer()
+            except Exception as exc:  # noqa: BLE001 - reported to the controller
+                box["error"] = f"{type(exc).__name__}: {exc}"
+
+        t = threading.Thread(target=close, name=f"shmspec-{self.name}-close", daemon=True)
+        t0 = time.perf_counter()
+        t.start()
+        t.join(bound)
+        return {"returned": not t.is_alive(), "seconds": time.perf_counter() - t0, "error": box["error"]}
 
     def _snapshot(self) -> dict | None:
         if self.adapter is None or self.adapter.writer is None:
@@ -621,6 +647,21 @@ class ProcessPool:
             if on_step is not None:
                 on_step(out)
         return outs
+
+    def side_close(self, name: str, bound: float) -> dict:
+        """Reader ``name``, paused inside an operation, closes its view from
+        another thread of its process; waits up to ``bound`` seconds for that
+        ``close()`` to return.  Returns ``{"returned": bool, "seconds": float,
+        "error": str | None}``; the operation stays paused where it was.
+
+        Raises:
+            ScheduleError: ``name`` is not paused, or did not answer in time.
+        """
+        ps = self.procs[name]
+        if ps.point is None:
+            raise ScheduleError(f"{_label(name)} is not paused")
+        self._send(name, ("side_close", bound))
+        return self._recv(name, "closing its view from another thread", bound + self.step_timeout)[1]
 
     def snapshot(self) -> Snapshot | None:
         """The writer's ring state now (it may be paused mid-operation)."""

@@ -21,6 +21,15 @@ MUTANTS_DIR = Path(__file__).resolve().parent
 CONTROL = "control_unmodified"
 """impl wrapped exactly like a fault, with no bug: the gate must pass it."""
 
+RING_CONSTRUCTIONS: dict[str, dict] = {
+    "writer-lock": {"writer_lock": True},
+    "spawn": {"start_method": "spawn"},
+    "one-reader": {"n_readers": 1},
+}
+"""A ring-buffer fault's ``Construction:`` names -> the fields of the
+:class:`~shmspec.conformance.core.constructions.Construction` its gate
+runs as primary (``shmspec mutants``)."""
+
 _EXPECTED = re.compile(r"^Must be caught by: ([A-Z]+)\b", re.MULTILINE)
 _SUMMARY = re.compile(r"^(?:Fault|Variant) \w+: (.+?)\s*$", re.MULTILINE)
 
@@ -40,7 +49,10 @@ class Fault:
     construction: str = ""
     """Where it shows (a ``Construction: <name>`` line): ``deployed`` for a
     fault of the slot queue's deployed paths, which only the deployed
-    construction's campaigns run (docs/slots.md); "" for any."""
+    construction's campaigns run (docs/slots.md); for a ring-buffer fault a
+    key of :data:`RING_CONSTRUCTIONS` (``writer-lock``: the gate runs with
+    the writer given the readers' lock as its primary construction, so that
+    its lockstep campaign drives the writer's counted gets); "" for any."""
 
     @property
     def target(self) -> str:

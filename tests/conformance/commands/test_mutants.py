@@ -223,3 +223,20 @@ def test_seed_only_switches_off_hypothesis_local_constants():
         pool = providers._get_local_constants()
         assert not list(pool.set_for_type("integer")) and not list(pool.set_for_type("bytes"))
     assert providers._get_local_constants is original
+
+
+def test_a_ring_fault_naming_a_construction_is_gated_in_that_construction():
+    """``Construction: writer-lock`` (``writer_gets_uncounted``): its gate's
+    primary construction gives the writer the readers' lock, and its lockstep
+    campaign then finds the put the writer's counted gets should have made
+    room for (OOM); in vLLM's construction (no lock) the same campaign finds
+    nothing.  An unknown construction name is an error row, not a run."""
+    fault = faults(["writer_gets_uncounted"])[0]
+    assert fault.construction == "writer-lock"
+    core = tuple(c for c in CAMPAIGNS if c.name == "core")
+    out = mutation.run_fault(fault, "ci", 0, campaigns=core, concurrency="off")
+    assert out.caught and out.result.construction.writer_lock, out.result.violations
+    plain = run_gate(load_file(str(fault.path)), "ci", 0, campaigns=core, concurrency="off")
+    assert plain.violations == [] and not plain.construction.writer_lock
+    bad = mutation.run_fault(replace(fault, construction="upside-down"), "ci", 0, campaigns=core)
+    assert bad.error.startswith("unknown construction 'upside-down'") and not bad.caught

@@ -152,3 +152,27 @@ def test_a_reader_writing_garbage_delays_the_writer_one_lease_time_and_an_unrevo
     assert replay_fault(spec, {"scenario": "reader_writes_garbage"}, "LIVE").startswith("LIVE")
     for plain in ("impl", "vllm==0.33.0"):
         assert run_scenario(load_or_skip(plain), "reader_writes_garbage").reachable is False
+
+
+def test_a_close_from_another_thread_under_a_get_never_frees_its_bytes_and_the_fault_is_caught():
+    """``reader_closed_mid_get`` (issue 28 items 4 and 7): r1's promised read
+    of h1 is paused at deserialize while another thread of r1 closes its
+    view.  impl's close returns after ``CLOSE_WAIT`` (2 s) leaving the close
+    to the read; the put that needs h1's bytes is refused, r1's get returns
+    h1's object, and the retried put succeeds once the close took effect.
+    A close that gives the slot back at once (``close_under_get``) lets the
+    writer wrap onto h1's bytes: NRR quotes the object r1 deserialized, and
+    the finding replays from its config.  vLLM: not claimed."""
+    res = run_scenario(load_or_skip("impl"), "reader_closed_mid_get")
+    assert res.reachable and res.findings == [], [f.message for f in res.findings]
+    seen = [(s["process"], s["action"], s["observed"]) for s in res.steps]
+    assert ("r1", "close (another thread)") in [(p, a) for p, a, _ in seen]
+    puts = [o for p, a, o in seen if a == "put"]
+    assert puts[-2] == "OutOfSpace" and puts[-1].startswith("handle (0, ")  # refused, then over h1's bytes
+    assert ("r1", "get", "Blob(0000000041414141..., 40 B)") in seen
+    spec = f"file:{MUTANTS_DIR / 'close_under_get.py'}"
+    bad = run_scenario(load_or_skip(spec), "reader_closed_mid_get")
+    assert [f.property for f in bad.findings] == ["NRR"]
+    assert "reader r1's get deserialized Blob(04" in bad.findings[0].message
+    assert replay_fault(spec, {"scenario": "reader_closed_mid_get"}, "NRR").startswith("NRR")
+    assert run_scenario(load_or_skip("vllm==0.33.0"), "reader_closed_mid_get").reachable is False
