@@ -79,7 +79,6 @@ and the geometry).
 
 from __future__ import annotations
 
-import inspect
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -88,6 +87,7 @@ from shmspec.model.properties import nrr_message
 
 from ..core import interrupt
 from ..core.serde import Blob
+from ..targets.adapter import offers_zero_copy
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, ScheduleError, StepOutcome, _label, encode_value
 
@@ -243,15 +243,6 @@ def _survive(run: _Run, reader: str, start: int) -> None:
             continue  # out of space (a chunk the dead reader owed stays): no lease declared, not a LIVE matter
         if not run.get(reader, h, data):
             return
-
-
-def _offers_zero_copy(target: LoadedTarget) -> bool:
-    """Whether the target's ``get`` takes ``copy`` (impl's ``get(..., copy=False)``)."""
-    get = getattr(getattr(target, "storage_cls", None), "get", None)
-    try:
-        return get is not None and "copy" in inspect.signature(get).parameters
-    except (TypeError, ValueError):
-        return False
 
 
 def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
@@ -486,7 +477,7 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
             else:
                 _closed_mid_get(run, h1, d1)
         elif scenario == "reader_keeps_zero_copy":
-            if not _offers_zero_copy(target):
+            if not offers_zero_copy(target):
                 res.reachable = False
                 run.row("r1", "note", {}, "the store's get takes no copy=False: no value keeps shared memory")
             else:

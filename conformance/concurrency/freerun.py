@@ -40,7 +40,7 @@ from typing import Any
 
 import multiprocess
 
-from ..targets.adapter import StoreAdapter, live_chunks, open_writer, segment_exists
+from ..targets.adapter import StoreAdapter, live_chunks, offers_zero_copy, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from ..targets.loader import LoadedTarget
 from .procs import SPAWN_STARTUP, ScheduleError, start_process, worker_setup
@@ -49,6 +49,12 @@ from ..lockstep.session import SessionConfig
 
 FINISH_TIMEOUT = 5.0
 """Seconds a process may take, past its load, to report (and to start up)."""
+
+
+KEPT_WAIT = 0.002
+"""Seconds a reader that keeps zero-copy values waits for the next handle
+before it lets the oldest of them go (``FreeLoad.p_zero_copy``): a writer
+whose oldest chunk a kept value leases can reclaim nothing until it goes."""
 
 
 class FreeRunError(ScheduleError):
@@ -73,6 +79,13 @@ class FreeLoad:
     hands over a private copy is unaffected.
     ``out_of_space_pause``: seconds the writer sleeps after an ``OutOfSpace``
     put before it retries (lets lagging readers catch up).
+    ``p_zero_copy``: on a store whose ``get`` takes ``copy=False`` (impl,
+    issue 28 item 5), the chance that a first read is a zero-copy read; its
+    value (a view of shared memory) is kept while the reader makes its next
+    ``zero_copy_span`` first reads (or until no handle comes for
+    :data:`KEPT_WAIT` seconds), and every kept value is checked against its
+    object before each first read and when it is dropped (NRR for leased
+    values: history action ``kept``).  Elsewhere it does nothing.
     """
 
     p_free: float = 0.05
@@ -81,6 +94,8 @@ class FreeLoad:
     reread_window: int = 64
     reread_delay: float = 0.0001
     out_of_space_pause: float = 0.0002
+    p_zero_copy: float = 0.2
+    zero_copy_span: int = 8
 
 
 def free_config(n_readers: int = 2, data_buffer_size: int = 64 * 1024,
@@ -128,6 +143,13 @@ class RecordingSerde(HarnessSerde):
         if _SERDE_DELAY[0]:
             time.sleep(_SERDE_DELAY[0])
         obj = super().deserialize(data)
+        _DESERIALIZED.append(value_of(obj))
+        return obj
+
+    def deserialize_shared(self, data: memoryview) -> Any:
+        """impl's ``get(copy=False)``: a ``Blob`` over the view itself (see
+        :meth:`HarnessSerde.decode_shared`), noted as :meth:`deserialize` does."""
+        obj = self.decode_shared(data)
         _DESERIALIZED.append(value_of(obj))
         return obj
 
@@ -299,28 +321,60 @@ def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
     rng = random.Random(seed)
     recent: deque = deque(maxlen=load.reread_window + 1)
     ops: list[tuple] = []
+    zero_copy = load.p_zero_copy > 0 and offers_zero_copy(a.target)
+    kept: deque = deque()
+    """``(ref, tag, value, first reads made when it was taken)`` of the
+    zero-copy values this reader keeps, oldest first."""
+    firsts = 0
 
-    def get(h: tuple, mode: str) -> None:
+    def get(h: tuple, mode: str, copy: bool = True) -> Any:
         ref, address, id_, sig, key, _ = h
         _DESERIALIZED.clear()
         _SERDE_DELAY[0] = load.reread_delay if mode == "reread" else 0.0
         t0 = time.monotonic_ns()
-        obs = a.reader_get(name, address, id_, sig, key)
+        obs = a.reader_get(name, address, id_, sig, key, copy=copy)
         t1 = time.monotonic_ns()
         ops.append((ref, mode, value_of(obs.value) if obs.ok else None, obs.error, t0, t1,
                     tuple(_DESERIALIZED)))
+        return obs
 
-    while True:
-        try:
-            h = handles.get(timeout=wait)
-        except queue.Empty:
-            raise FreeRunError(f"reader {name} received no handle within {wait:g} s") from None
-        if h is None:
-            return ops
-        get(h, "once")
-        recent.append(h)
-        if len(recent) > 1 and rng.random() < load.p_reread:
-            get(recent[rng.randrange(len(recent) - 1)], "reread")
+    def check_kept(drop: bool) -> None:
+        """Record what each kept value reads now (``drop``: the oldest one
+        only, then let it go); a kept value that changed is recorded and let go."""
+        for entry in list(kept)[:1] if drop else list(kept):
+            ref, tag, value, at = entry
+            now = value_of(value)
+            if drop or now != tag or firsts - at >= load.zero_copy_span:
+                t = time.monotonic_ns()
+                ops.append((ref, "kept", now, None, t, t, ()))
+                kept.remove(entry)
+                del entry, value  # the lease ends with the value's last reference (no cycle holds it)
+
+    try:
+        while True:
+            try:
+                h = handles.get(timeout=KEPT_WAIT if kept else wait)
+            except queue.Empty:
+                if kept:  # no handle yet: let the oldest kept value go (the writer may be waiting for its lease)
+                    check_kept(drop=True)
+                    continue
+                raise FreeRunError(f"reader {name} received no handle within {wait:g} s") from None
+            if h is None:
+                return ops
+            keep = zero_copy and rng.random() < load.p_zero_copy
+            if kept:
+                check_kept(drop=False)
+            obs = get(h, "once", copy=not keep)
+            firsts += 1
+            if keep and obs.ok:
+                kept.append((h[0], h[5], obs.value, firsts))
+            del obs
+            recent.append(h)
+            if len(recent) > 1 and rng.random() < load.p_reread:
+                get(recent[rng.randrange(len(recent) - 1)], "reread")
+    finally:
+        while kept:
+            check_kept(drop=True)
 
 
 # ------------------------------------------------------------- the controller
@@ -345,7 +399,8 @@ def _history(writer_ops: list[tuple], reader_ops: dict[str, list[tuple]]) -> lis
         out.append(Op("writer", action, args, ref, error, t0, t1, frozenset(freed)))
     for name, ops in reader_ops.items():
         for ref, mode, value, error, t0, t1, deser in ops:
-            out.append(Op(name, "get", {"ref": ref, "mode": mode}, value, error, t0, t1, frozenset(), deser))
+            action = "kept" if mode == "kept" else "get"  # what a kept zero-copy value read then
+            out.append(Op(name, action, {"ref": ref, "mode": mode}, value, error, t0, t1, frozenset(), deser))
     return out
 
 

@@ -71,7 +71,11 @@ class Op:
 
     Attributes:
         process: ``"writer"`` or a reader name (``"r1"``...).
-        action: ``"put"``, ``"clear"``, ``"free_unused"`` (writer) or ``"get"`` (reader).
+        action: ``"put"``, ``"clear"``, ``"free_unused"`` (writer) or ``"get"`` (reader);
+            ``"kept"`` (reader): what a value of a zero-copy get (impl's
+            ``get(copy=False)``) still held read at ``invoke_ns`` (``result``),
+            judged by NRR only: a leased value must read as its object for as
+            long as it is kept, whatever the writer did since.
         args: ``put``: ``{"key": str, "value": object}`` (the value put, any
             hashable; the free run uses the payload's tag); ``get``:
             ``{"ref": handle ref, "mode": "once" | "reread"}``.
@@ -365,6 +369,13 @@ def check_history(history: Sequence[Op], profile: Profile, *, max_nodes: int = 2
     nodes = 0
     rc_unjudged = 0
     parts = partition(history)
+    for o in history:  # NRR for leased values: a kept zero-copy value reads as its object
+        part = parts.get(o.args.get("ref", "")) if o.action == "kept" else None
+        if part is not None and part.put is not None and o.result != part.original:
+            findings.append(Finding("NRR", nrr_message(f"{o.process}'s kept value of get(copy=False)", "now reads",
+                                                       repr(o.result), part.ref, repr(part.original),
+                                                       ", after the writer's later operations"),
+                                    part.ref, part.ops([o]), o))
     for ref, part in parts.items():
         local, blamed = _value_findings(part)
         findings += local

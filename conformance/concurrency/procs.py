@@ -42,7 +42,6 @@ import gc
 import os
 import pickle
 import signal
-import struct
 import sys
 import threading
 import time
@@ -56,7 +55,7 @@ from shmspec.impl import yieldpoints
 
 from ..core.constructions import START_METHODS as _START_METHODS
 from ..core.errors import ShmspecError
-from ..core.serde import MAGIC, MD_BYTES, Blob, Garbage, HarnessSerde
+from ..core.serde import Blob, Garbage, HarnessSerde
 from ..targets.adapter import (SnapChunk, Snapshot, StoreAdapter, observe, open_writer, segment_exists,
                               segment_names, warp, warp_counts)
 from ..targets.loader import LoadedTarget
@@ -138,9 +137,7 @@ class ScheduledSerde(HarnessSerde):
         shared memory itself (no copy), so a kept value shows what the ring
         holds there now (the ``reader_keeps_zero_copy`` fault scenario)."""
         _pause("deserialize")
-        framed = (len(data) >= MD_BYTES and bytes(data[:4]) == MAGIC
-                  and struct.unpack_from("<I", data, 4)[0] == len(data) - MD_BYTES)
-        obj = Blob(data[MD_BYTES:]) if framed else Garbage(bytes(data))
+        obj = self.decode_shared(data)
         if _WORKER is not None:
             _WORKER.deserialized.append(encode_value(obj))
         return obj

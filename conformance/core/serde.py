@@ -94,6 +94,17 @@ class HarnessSerde:
         return self.decode(bytes(data))
 
     @staticmethod
+    def decode_shared(data: memoryview) -> Any:
+        """impl's ``get(copy=False)``: ``[MAGIC][n][n bytes]`` -> a ``Blob``
+        whose ``data`` is the view of shared memory itself (no copy), so a
+        kept value shows what the ring holds there now; else ``Garbage``
+        (copied)."""
+        if (len(data) >= MD_BYTES and bytes(data[:4]) == MAGIC
+                and struct.unpack_from("<I", data, 4)[0] == len(data) - MD_BYTES):
+            return Blob(data[MD_BYTES:])
+        return Garbage(bytes(data))
+
+    @staticmethod
     def decode(raw: bytes) -> Any:
         """``[MAGIC][n][n bytes]`` -> ``Blob``; anything else -> ``Garbage``."""
         if len(raw) >= MD_BYTES and raw[:4] == MAGIC:

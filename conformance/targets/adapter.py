@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import gc
+import inspect
 import os
 from dataclasses import dataclass, field
 from typing import Any, Callable
@@ -35,6 +36,16 @@ _MESSAGE_KINDS = (
     ("Invalid SHM handle signature", "BadSignature"),
     ("Invalid SHM handle fields", "BadHandleFields"),
 )
+
+
+def offers_zero_copy(target: LoadedTarget) -> bool:
+    """Whether the target's ``get`` takes ``copy`` (impl's ``get(..., copy=False)``,
+    issue 28 item 5)."""
+    get = getattr(getattr(target, "storage_cls", None), "get", None)
+    try:
+        return get is not None and "copy" in inspect.signature(get).parameters
+    except (TypeError, ValueError):
+        return False
 
 
 def classify(exc: BaseException) -> str:
@@ -254,11 +265,15 @@ class StoreAdapter:
     def writer_get(self, address: Any, id_: Any) -> Observation:
         return observe(lambda: self.writer.get(address, id_))
 
-    def reader_get(self, reader: str, address: Any, id_: Any, signature: Any = None, key: Any = None) -> Observation:
+    def reader_get(self, reader: str, address: Any, id_: Any, signature: Any = None, key: Any = None,
+                   copy: bool = True) -> Observation:
+        """``reader``'s get; ``copy=False``: impl's zero-copy read (only on a
+        target that :func:`offers_zero_copy`)."""
         view = self.readers[reader]
+        extra = {} if copy else {"copy": False}
         if self.signed:
-            return observe(lambda: view.get(address, id_, signature, key))
-        return observe(lambda: view.get(address, id_))
+            return observe(lambda: view.get(address, id_, signature, key, **extra))
+        return observe(lambda: view.get(address, id_, **extra))
 
     def writer_touch(self, key: str) -> Observation:
         return observe(lambda: self.writer.touch(key))

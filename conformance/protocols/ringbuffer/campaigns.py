@@ -228,6 +228,7 @@ def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed
         res.completed = res.unknown is None
     return {"ops": fr.ops, "ops_per_second": round(fr.ops_per_second, 1), "puts": fr.puts,
             "out_of_space": fr.out_of_space, "partitions": fr.check.partitions, "search_nodes": fr.check.nodes,
+            "zero_copy_values": sum(1 for o in fr.history if o.action == "kept"),
             "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()}}
 
 

@@ -135,3 +135,20 @@ def test_free_rates():
     rates = free_rates(load_target("impl"), (2, 4), seconds=0.5)
     assert set(rates) == {2, 4} and all(r > 0 for r in rates.values())
     print(f"\n[free] impl ops/s by readers: {rates}")
+
+
+@pytest.mark.slow
+def test_zero_copy_values_kept_across_the_writers_puts_read_as_put_and_an_unleased_one_is_caught():
+    """On impl a fifth of the first reads are ``get(copy=False)``, their
+    values kept over the next 8 first reads and checked (``kept`` ops): all
+    read as put.  ``zero_copy_unleased`` (the value's chunk is not leased)
+    lets the writer reuse kept bytes: NRR names a kept value."""
+    res = run_free(load_target("impl"), free_config(2), 2.0, 2, seed=0)
+    held = [o for o in res.history if o.action == "kept"]
+    assert res.verdict == "pass", "\n".join(render(f) for f in res.check.findings[:3])
+    assert len(held) > 200 and {o.process for o in held} == {"r1", "r2"}
+    bad = run_free(load_file(VARIANTS_DIR / "zero_copy_unleased.py"), free_config(2), 2.0, 2, seed=0)
+    nrr = bad.check.by_property().get("NRR", [])
+    assert nrr and any("kept value of get(copy=False) now reads" in f.message for f in nrr), bad.properties
+    vllm = run_free(load_target("vllm==0.33.0"), free_config(2), 0.5, 2, seed=0)
+    assert not any(o.action == "kept" for o in vllm.history)  # its get takes no copy=False

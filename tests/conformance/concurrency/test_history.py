@@ -191,3 +191,21 @@ def test_search_explores_and_backtracks():
     part = partition(h)["h1"]
     ok, nodes = linearizable(part.ops(), part, False, 1000)
     assert ok is True and nodes >= 4
+
+
+def kept(reader, ref, t, value):
+    return Op(reader, "kept", {"ref": ref, "mode": "zero-copy"}, value, None, t, t)
+
+
+def test_a_kept_zero_copy_value_must_read_as_its_object_after_the_writer_moved_on():
+    """``kept`` ops (the free run's zero-copy values, issue 28 item 5): NRR
+    whatever the writer did since, even after the handle was freed (the
+    lease, not the handle, keeps the bytes); they never enter the search."""
+    base = [put("h1", "A", 0, 10), get("r1", "h1", 11, 20, "A"), free(21, 30, {"h1"}), put("h2", "B", 31, 40)]
+    ok = check_history(base + [kept("r1", "h1", 50, "A")], IMPL)
+    assert ok.verdict == "pass", [render(f) for f in ok.findings]
+    bad = check_history(base + [kept("r1", "h1", 50, "B")], IMPL)
+    assert props(bad) == ["NRR"]
+    f = bad.findings[0]
+    assert f.message.startswith("r1's kept value of get(copy=False) now reads 'B' for handle h1, which holds 'A'")
+    assert f.culprit.action == "kept" and f.ops[-1] is f.culprit
