@@ -23,6 +23,12 @@ yield point.  After every step it reads the writer's ring and checks:
   runs ``free_unused``, and a put of ``max_object_size`` must then succeed
   (else the finding names the chunks left pinned and their counts).
 
+On a store whose ``get`` takes ``copy=False`` (impl) readers may also keep
+zero-copy values (``keep_get``) across later steps; each is checked (NRR:
+it still reads as its object) when the reader releases it or the session
+ends, and PROG's final put comes after every kept value was dropped, so a
+lease that outlives its value is named there.
+
 The machine (:func:`scheduled_machine`) only draws which step comes next, so a
 counterexample shrinks in its operations and its schedule together, and the
 recorded steps (``{"process", "kind", "action", "args"}``, handles named
@@ -42,7 +48,7 @@ from shmspec.model.properties import by_severity, nrr_message
 from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
 from ..core import interrupt
-from ..targets.adapter import Snapshot, target_state_checks
+from ..targets.adapter import Snapshot, offers_zero_copy, target_state_checks
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, StepOutcome
 from ..core.serde import Blob, Garbage, difference, object_nbytes
@@ -138,6 +144,10 @@ class ScheduledSession:
         """reader -> clears completed when its current get started."""
         self.failed = False
         """Set once a violation was raised: later steps are recorded, not raised."""
+        self.last_detail = ""
+        """The message of the latest operation that raised (its ``detail``)."""
+        self.kept: dict[str, dict[str, str]] = {}
+        """reader -> key -> ref of each value of ``get(copy=False)`` it keeps (``keep_get``)."""
         if not pool.clean():
             pool.respawn()
         pool.open_store(config.data_buffer_size, config.max_object_size, config.n_readers, config.writer_lock)
@@ -187,7 +197,7 @@ class ScheduledSession:
         return self._after(proc, kind, action, args, out)
 
     def _real_args(self, proc: str, action: str, args: dict) -> dict:
-        if action == "get":
+        if action in ("get", "keep_get"):
             r = self.ref(args["ref"])
             self.gets_started[(r.address, r.id)] = self.gets_started.get((r.address, r.id), 0) + 1
             self.started_by.setdefault(proc, set()).add(r.ref)
@@ -195,6 +205,8 @@ class ScheduledSession:
             real = {"address": r.address, "id": r.id}
             if self.target.profile.signed:
                 real.update(signature=r.signature, key=r.key)
+            if action == "keep_get":
+                real["key"] = r.key  # the worker keeps the value under its key
             return real
         if action == "warp_counts":  # boundary programs: the chunk of handle ``ref``
             r = self.ref(args["ref"])
@@ -208,7 +220,7 @@ class ScheduledSession:
         step = LaneStep(len(self.trace), proc, kind, action, args if kind == "start" else {}, out.point,
                         ring=_ring(self.snap))
         v: list[tuple[str, str]] = []
-        if action == "get":
+        if action in ("get", "keep_get"):
             v += self._deserialized(proc, args, out)
         if out.result is not None:
             step.observed = _render_result(out.result)
@@ -243,15 +255,18 @@ class ScheduledSession:
 
     def _finished(self, proc: str, action: str, args: dict, out: StepOutcome) -> list[tuple[str, str]]:
         res = out.result
+        self.last_detail = (res.get("detail") or "") if res["error"] is not None else ""
         v: list[tuple[str, str]] = []
         if action == "put" and res["error"] is None:
             address, id_ = res["value"]["handle"]
             data = bytes.fromhex(args["data"])
             self.refs.append(Ref(f"h{len(self.refs) + 1}", args["key"], address, id_, data,
                                  res["value"]["signature"], self.epoch))
-        elif action == "get":
+        elif action in ("get", "keep_get"):
             r = self.ref(args["ref"])
             want = {"blob": r.data.hex()}
+            if action == "keep_get" and res["error"] is None:
+                self.kept.setdefault(proc, {})[r.key] = r.ref
             if res["error"] is None:
                 if res["value"] != want:
                     v.append(("NRR", nrr_message(f"reader {proc}", "returned", _render_value(res["value"]),
@@ -266,6 +281,15 @@ class ScheduledSession:
                 v += self._promise_broken(proc, r)
             else:
                 v.append(("CONFORMANCE", f"reader {proc} get of {r.ref} raised {res['detail']}"))
+        elif action == "check_kept":
+            for key, now in (res["value"] or {}).items():
+                r = self.ref(self.kept.get(proc, {}).get(key, ""))
+                if now != {"blob": r.data.hex()}:
+                    v.append(("NRR", nrr_message(f"reader {proc}'s kept value of get(copy=False)", "now reads",
+                                                 _render_value(now), f"{r.ref} ({r.address}, {r.id})",
+                                                 repr(Blob(r.data)), ", after the writer's later steps")))
+        elif action == "drop_kept":
+            self.kept.pop(proc, None)
         elif res["error"] is not None and res["error"] not in ("OutOfSpace", "DuplicateKey", "UnknownKey"):
             v.append(("CONFORMANCE", f"writer {action} raised {res['detail']}"))
         return v
@@ -284,6 +308,13 @@ class ScheduledSession:
                  + (f" ({', '.join(over)}: the client broke the read-once rule; PROM still holds the store to "
                     f"the other readers' promised reads)" if over else ""))]
 
+    def release_kept(self, reader: str) -> None:
+        """``reader`` checks every value of ``get(copy=False)`` it keeps (NRR:
+        each still reads as its object) and lets them all go (their leases end)."""
+        for action in ("check_kept", "drop_kept"):
+            self.execute({"process": reader, "kind": "start", "action": action, "args": {}})
+            run_whole(self, reader)
+
     def drain_and_put(self) -> None:
         """PROG at the end of a session (``promises``): each reader reads, to
         the end, every handle put since the last clear that it has not
@@ -296,6 +327,8 @@ class ScheduledSession:
                 broke.
         """
         for reader in self.config.readers:
+            if self.kept.get(reader):  # zero-copy values: checked, then dropped (a lease that outlives them: PROG)
+                self.release_kept(reader)
             for r in [r for r in self.refs if r.epoch == self.epoch and r.ref not in self.started_by.get(reader, ())]:
                 self.execute({"process": reader, "kind": "start", "action": "get", "args": {"ref": r.ref}})
                 run_whole(self, reader)
@@ -311,7 +344,8 @@ class ScheduledSession:
             pinned = "; ".join(f"id {c.id} at {c.address} ({c.counts_text(n)})" for c in (self.snap.chunks if
                                                                                           self.snap else []))
             msg = (f"every promised read made and free_unused run, a put of the largest object ({len(data)} "
-                   f"payload bytes) raised OutOfSpace: still live: {pinned or 'nothing'}")
+                   f"payload bytes) raised OutOfSpace: still live: {pinned or 'nothing'}"
+                   + (f"; the store says: {self.last_detail[:300]}" if self.last_detail else ""))
             last.violations.append(("PROG", msg))
             if not self._excused("PROG", "put") and not self.failed:
                 self.failed = True
@@ -556,9 +590,36 @@ class _Scheduled(RuleBasedStateMachine):
         run_whole(s, proc)
 
 
+class _ZeroCopyScheduled(_Scheduled):
+    """The machine for a store whose ``get`` takes ``copy=False`` (impl): its
+    readers may also keep zero-copy values across later steps (issue 28
+    item 5)."""
+
+    @precondition(lambda self: self.session is not None and self.session.refs and self.session.idle_readers())
+    @rule(data=st.data(), interleave=st.booleans())
+    def keep_get(self, data, interleave):
+        """A reader's ``get(copy=False)`` of a handle; the value (a view of
+        shared memory) is kept until :meth:`release_kept` or the session's end."""
+        s = self.session
+        reader = data.draw(st.sampled_from(s.idle_readers()), label="reader")
+        ref = data.draw(st.sampled_from([r.ref for r in reversed(s.refs)]), label="handle")
+        self._start(reader, "keep_get", {"ref": ref}, interleave)
+
+    @precondition(lambda self: self.session is not None
+                  and any(self.session.kept.get(r) for r in self.session.idle_readers()))
+    @rule(data=st.data())
+    def release_kept(self, data):
+        """A reader checks its kept zero-copy values (NRR) and drops them."""
+        s = self.session
+        reader = data.draw(st.sampled_from([r for r in s.idle_readers() if s.kept.get(r)]), label="reader")
+        s.release_kept(reader)
+
+
 def scheduled_machine(target: LoadedTarget, config: SessionConfig, pool: ProcessPool) -> type[RuleBasedStateMachine]:
-    """A machine class bound to ``target``, ``config`` and a running ``pool``."""
-    return type("Scheduled", (_Scheduled,), {"target": target, "config": config, "pool": pool})
+    """A machine class bound to ``target``, ``config`` and a running ``pool``
+    (with the zero-copy rules on a target that :func:`offers_zero_copy`)."""
+    base = _ZeroCopyScheduled if offers_zero_copy(target) else _Scheduled
+    return type("Scheduled", (base,), {"target": target, "config": config, "pool": pool})
 
 
 def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[str, Any]) -> str | None:
@@ -587,7 +648,8 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
                     continue
                 if s["kind"] == "start" and s["process"] not in pool.idle():
                     continue
-                if s["kind"] == "start" and s["action"] == "get" and not any(r.ref == s["args"]["ref"] for r in session.refs):
+                if s["kind"] == "start" and s["action"] in ("get", "keep_get") and not any(
+                        r.ref == s["args"]["ref"] for r in session.refs):
                     continue
                 session.execute(s)
             session.finish()

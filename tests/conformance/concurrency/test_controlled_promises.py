@@ -65,3 +65,58 @@ def test_vllm_evicts_a_promised_reference_after_another_readers_second_read(monk
     assert "read it 2 times: the client broke the read-once rule; PROM still holds the store" in v.message
     got = replay_schedule("vllm==0.33.0", v.calls(), v.config)
     assert got is not None and got.startswith("PROM: "), got
+
+
+def _zero_copy_program(spec):
+    """r1 keeps a ``get(copy=False)`` value of h1 while the writer puts the
+    largest objects and both readers read each; then r1 releases it (NRR on
+    the kept value) and the session ends (PROG: the final put must fit once
+    the value is gone).  Returns the violation raised, or None."""
+    from shmspec.conformance.concurrency.procs import ProcessPool
+    from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, run_whole
+    from shmspec.conformance.core.config import SessionConfig
+    from shmspec.conformance.lockstep.session import PropertyViolation
+
+    target, cfg = load_target(spec), SessionConfig()
+    with ProcessPool(target, cfg.readers) as pool:
+        s = ScheduledSession(pool, target, cfg, promises=True)
+
+        def do(proc, action, args):
+            s.execute({"process": proc, "kind": "start", "action": action, "args": args})
+            run_whole(s, proc)
+
+        try:
+            do("writer", "put", {"key": "k0", "data": payload(cfg, 1, 100).hex()})
+            do("r1", "keep_get", {"ref": "h1"})
+            do("r2", "get", {"ref": "h1"})
+            for i in range(2, 7):
+                n = len(s.refs)
+                do("writer", "put", {"key": f"k{i}", "data": payload(cfg, i, 100).hex()})
+                if len(s.refs) > n:
+                    do("r1", "get", {"ref": s.refs[-1].ref})
+                    do("r2", "get", {"ref": s.refs[-1].ref})
+            assert s.kept == {"r1": {"k0": "h1"}}
+            s.release_kept("r1")
+            assert s.kept == {}
+            s.finish()
+        except PropertyViolation as exc:
+            s.finish_quietly()
+            return exc
+    return None
+
+
+def test_zero_copy_values_in_controlled_sessions_nrr_and_prog():
+    """The controlled campaign's zero-copy steps (issue 28 item 5): on impl a
+    kept value reads as put after the writer wrapped the ring, and the final
+    put fits once it is dropped; an unleased value is caught by NRR when it
+    is released, a lease that outlives its value by PROG, which quotes the
+    store's refusal naming the lease."""
+    assert _zero_copy_program("impl") is None
+    from shmspec.conformance.mutants import MUTANTS_DIR
+
+    nrr = _zero_copy_program(f"file:{MUTANTS_DIR / 'zero_copy_unleased.py'}")
+    assert nrr is not None and nrr.prop == "NRR", nrr
+    assert nrr.message.startswith("reader r1's kept value of get(copy=False) now reads Blob(")
+    prog = _zero_copy_program(f"file:{MUTANTS_DIR / 'zero_copy_lease_leaks.py'}")
+    assert prog is not None and prog.prop == "PROG", prog
+    assert "zero-copy lease of reader slot" in prog.message, prog.message
