@@ -185,8 +185,9 @@ def run_fault(fault: Fault, profile: str = "ci", seed: int | None = None, report
     except TargetError as exc:
         return FaultOutcome(fault, None, time.monotonic() - t0, error=f"TargetError: {exc}")
     with _seed_only():
-        result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns, config=config,
-                          concurrency=concurrency, stop_at=None if full else frozenset({fault.expected}))
+        extra = {} if config is None else {"config": config}  # vLLM's construction: the gate's default
+        result = run_gate(target, profile, seed, on_progress=on_progress, campaigns=campaigns,
+                          concurrency=concurrency, stop_at=None if full else frozenset({fault.expected}), **extra)
     out = FaultOutcome(fault, result, time.monotonic() - t0)
     if report_dir is not None:
         report_dir.mkdir(parents=True, exist_ok=True)
