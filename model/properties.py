@@ -138,6 +138,14 @@ def nrr_message(who: str, verb: str, got: str, handle: str, holds: str, detail: 
     return f"{who} {verb} {got} for handle {handle}, which holds {holds}{detail}"
 
 
+def nrr_error_message(who: str, handle: str, error: str, detail: str = "") -> str:
+    """NRR's wording for a get that neither returned its object nor raised
+    the stale-handle error (SEMANTICS.md NRR allows only those two):
+    ``"{who} of {handle} raised {error}, neither its object nor the store's
+    stale-handle error{detail}"``."""
+    return f"{who} of {handle} raised {error}, neither its object nor the store's stale-handle error{detail}"
+
+
 def by_severity(violations: list[tuple[str, str]]) -> list[tuple[str, str]]:
     """``(property, message)`` pairs, most severe property first (an unknown
     id last), each pair once, in a stable order."""

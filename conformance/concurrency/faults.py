@@ -83,7 +83,7 @@ import time
 from dataclasses import dataclass, field
 from typing import Any
 
-from shmspec.model.properties import nrr_message
+from shmspec.model.properties import nrr_error_message, nrr_message
 
 from ..core import interrupt
 from ..core.serde import Blob
@@ -382,8 +382,8 @@ def _closed_mid_get(run: _Run, h1: dict, d1: bytes) -> None:
         return
     if r["error"] not in (None, "StaleHandle") and not (r["error"] == "Crash:ValueError"
                                                         and "has been closed" in (r.get("detail") or "")):
-        run.finding("NRR", f"reader r1's get of {where} raised {r['error']} ({(r.get('detail') or '')[:160]}), "
-                           f"neither its object nor the store's stale-handle error{after}")
+        run.finding("NRR", nrr_error_message("reader r1's get", where,
+                                             f"{r['error']} ({(r.get('detail') or '')[:160]})", after))
         return
     if refused is None:
         return

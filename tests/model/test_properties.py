@@ -136,6 +136,8 @@ def test_nrr_has_one_wording_for_every_checker():
     ``nrr_message``; no checker spells the sentence itself."""
     assert P.nrr_message("reader r1", "returned", "b'x'", "h1 (0, 0)", "b'y'", " (diff)") == \
         "reader r1 returned b'x' for handle h1 (0, 0), which holds b'y' (diff)"
+    assert P.nrr_error_message("reader r1's get", "h1 (0, 0)", "KeyError (k)", " (diff)") == \
+        "reader r1's get of h1 (0, 0) raised KeyError (k), neither its object nor the store's stale-handle error (diff)"
     users = []
     for f in (ROOT / "conformance").rglob("*.py"):
         if "slots" in f.relative_to(ROOT).parts:  # the slot protocols' NRR is another property (docs/slots.md)
