@@ -61,6 +61,15 @@ session config) and SIGKILLs one process at a chosen yield point:
     the pin or the slot under the read, issue 28 item 4).  Once that get has
     ended, the close has taken effect: the writer's refused put, retried,
     must succeed (LEASE) and ``r2`` must read it right.
+``reader_serde_keeps_view``
+    (every target) ``r1`` gets ``h1`` through a serde whose ``deserialize``
+    returns a value over the view it is handed (no copy) and keeps that
+    value; a store must either hand the serde a private copy or refuse
+    the value (impl: ``BufferError``, the read not acknowledged, so ``r1``
+    reads ``h1`` again with a copy).  ``r2`` reads ``h1``, then the writer
+    puts until the ring has wrapped, both readers reading each object; the
+    kept value must still read as put (NRR, by ALIAS: nothing reachable
+    from a value points into memory the writer reuses).
 
 After the kill, the survivors go on: the other reader reads ``h1`` (and
 what the writer puts next), the writer puts until the ring has wrapped.
@@ -98,7 +107,7 @@ live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
 SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get",
-             "reader_keeps_zero_copy", "reader_writes_garbage", "reader_closed_mid_get")
+             "reader_keeps_zero_copy", "reader_writes_garbage", "reader_closed_mid_get", "reader_serde_keeps_view")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -397,6 +406,48 @@ def _closed_mid_get(run: _Run, h1: dict, d1: bytes) -> None:
     run.get("r2", h, data)
 
 
+def _serde_keeps_view(run: _Run, h1: dict, d1: bytes) -> None:
+    """``reader_serde_keeps_view`` after ``h1`` was put (module docstring)."""
+    want = encode_value(Blob(d1))
+    where = f"{h1['key']} {(h1['address'], h1['id'])}"
+    out = run.run_op("r1", "alias_get", h1)
+    if out is None:
+        return
+    r = out.result
+    if r["error"] is None and r["value"] != want:
+        run.finding("NRR", nrr_message("reader r1's view-keeping get", "returned",
+                                       _render(r["value"]), where, _render(want)))
+        return
+    if r["error"] is not None:  # refused (impl: BufferError): not acknowledged, so r1 still owes its read
+        if r["error"] not in ("Crash:BufferError", "StaleHandle"):
+            run.finding("NRR", nrr_error_message("reader r1's view-keeping get", where,
+                                                 f"{r['error']} ({(r.get('detail') or '')[:160]})", ""))
+            return
+        if not run.get("r1", h1, d1):
+            return
+    if not run.get("r2", h1, d1):
+        return
+    last = 1
+    for last in range(1, 7):  # until the ring has wrapped onto h1's bytes
+        h, data = run.put(f"k{last}", last)
+        if h is None:
+            if run.res.findings:
+                return
+            break
+        if not (run.get("r1", h, data) and run.get("r2", h, data)):
+            return
+    out = run.run_op("r1", "check_kept", {})
+    if out is None:
+        return
+    now = out.result["value"].get(h1["key"], want)  # nothing kept: the store refused the value
+    if now != want:
+        run.finding("NRR", nrr_message("reader r1's value of get, whose serde kept a view of its input,", "now reads", _render(now), where, _render(want),
+                                       f", after the writer's puts k1..k{last} (ALIAS: the store neither copied "
+                                       "them nor refused the value with BufferError)"))
+        return
+    run.run_op("r1", "drop_kept", {})
+
+
 def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                  start_method: str = "fork") -> ScenarioResult:
     """Run one scenario on a fresh pool (two readers, started by
@@ -476,6 +527,8 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                                           "is not promised to outlast its view's close()")
             else:
                 _closed_mid_get(run, h1, d1)
+        elif scenario == "reader_serde_keeps_view":
+            _serde_keeps_view(run, h1, d1)
         elif scenario == "reader_keeps_zero_copy":
             if not offers_zero_copy(target):
                 res.reachable = False

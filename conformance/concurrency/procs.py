@@ -126,8 +126,12 @@ class ScheduledSerde(HarnessSerde):
     every object deserialized during the current operation."""
 
     def deserialize(self, data: memoryview) -> Any:
+        """The harness serde's copy, or during the worker's ``alias_get`` a
+        ``Blob`` over ``data`` itself (a serde that keeps the view it was
+        handed: the ``reader_serde_keeps_view`` fault scenario, ALIAS)."""
         _pause("deserialize")
-        obj = super().deserialize(data)
+        obj = (self.decode_shared(data) if _WORKER is not None and _WORKER.aliasing
+               else super().deserialize(data))
         if _WORKER is not None:
             _WORKER.deserialized.append(encode_value(obj))
         return obj
@@ -169,7 +173,10 @@ class _Worker:
         self.last_point: str | None = None
         self.deserialized: list[Any] = []
         self.kept: dict[str, Any] = {}
-        """Values of ``get(copy=False)`` this reader keeps, by key (``keep_get``)."""
+        """Values of ``get(copy=False)`` (``keep_get``) or of a plain get whose
+        serde kept its view (``alias_get``) this reader keeps, by key."""
+        self.aliasing = False
+        """During ``alias_get``: the serde's ``deserialize`` returns a value over the view it is handed."""
 
     def pause(self, point: str) -> None:
         if not self.active:
@@ -305,6 +312,16 @@ class _Worker:
                 view = a.readers[self.name]
                 obs = observe(lambda: view.get(args["address"], args["id"], args.get("signature"), args.get("key"),
                                                copy=False))
+                if obs.ok:
+                    self.kept[args["key"]] = obs.value
+                obs_value = encode_value(obs.value)
+            elif action == "alias_get":  # a plain get whose serde keeps the view it is handed (ALIAS)
+                self.aliasing = True
+                try:
+                    obs = a.reader_get(self.name, args["address"], args["id"], args.get("signature"),
+                                       args.get("key"))
+                finally:
+                    self.aliasing = False
                 if obs.ok:
                     self.kept[args["key"]] = obs.value
                 obs_value = encode_value(obs.value)

@@ -130,6 +130,37 @@ def test_zero_copy_seeded_faults_are_caught_and_replay(fault, prop, says):
     assert replay_fault("impl", config, prop) is None
 
 
+def test_a_serde_that_keeps_its_view_is_refused_on_impl_and_caught_without_the_guard():
+    """``reader_serde_keeps_view`` (ALIAS): r1's plain get goes through a
+    serde that returns a Blob over the view it is handed.  impl raises
+    BufferError (the read not acknowledged), r1's copied get then returns
+    h1's object and every put succeeds; without the guard
+    (``alias_unguarded``) the kept value reads the object the writer put
+    over h1's bytes, NRR, found again from the finding's config."""
+    res = run_scenario(load_or_skip("impl"), "reader_serde_keeps_view")
+    assert res.reachable and res.findings == [], [f.message for f in res.findings]
+    seen = [(s["process"], s["action"], s["observed"]) for s in res.steps]
+    assert seen[1] == ("r1", "alias_get", "Crash:BufferError")
+    assert seen[2] == ("r1", "get", "Blob(0000000041414141..., 40 B)")
+    assert [o[:8] for p, a, o in seen if a == "put"] == ["handle ("] * 7
+    assert seen[-2:] == [("r1", "check_kept", "{}"), ("r1", "drop_kept", "None")]
+    spec = f"file:{MUTANTS_DIR / 'alias_unguarded.py'}"
+    bad = run_scenario(load_or_skip(spec), "reader_serde_keeps_view")
+    assert [f.property for f in bad.findings] == ["NRR"]
+    assert ("reader r1's value of get, whose serde kept a view of its input, now reads Blob(04"
+            in bad.findings[0].message) and "ALIAS" in bad.findings[0].message
+    config = {"scenario": "reader_serde_keeps_view"}
+    assert replay_fault(spec, config, "NRR").startswith("NRR")
+    assert replay_fault("impl", config, "NRR") is None
+
+
+@pytest.mark.slow  # fetches vLLM's store file when the cache has none
+def test_vllm_readers_hand_out_a_value_over_the_view_a_serde_kept():
+    res = run_scenario(load_or_skip("vllm==0.33.0"), "reader_serde_keeps_view")
+    assert res.reachable and [f.property for f in res.findings] == ["NRR"]
+    assert "reads Blob(04" in res.findings[0].message and "for handle k0 (0, 0)" in res.findings[0].message
+
+
 @pytest.mark.slow  # two runs of the garbage-writing reader's scenario: 10 s and 20 s (the lease time)
 def test_a_reader_writing_garbage_delays_the_writer_one_lease_time_and_an_unrevoked_pin_is_caught():
     """``reader_writes_garbage`` (issue 28 item 7): r1 pins h1 for ever and
