@@ -177,6 +177,12 @@ class _Worker:
         serde kept its view (``alias_get``) this reader keeps, by key."""
         self.aliasing = False
         """During ``alias_get``: the serde's ``deserialize`` returns a value over the view it is handed."""
+        self.collect = False
+        """A value over shared memory was made since the last ``gc.collect()``
+        (``keep_get``, ``alias_get``): the next close collects first, so a
+        value caught in a reference cycle ends its lease before the store
+        closes.  Without one no collection runs (a full one costs 5-10 ms a
+        process, and a store is closed and opened once per example)."""
 
     def pause(self, point: str) -> None:
         if not self.active:
@@ -309,6 +315,7 @@ class _Worker:
                 obs = a.reader_get(self.name, args["address"], args["id"], args.get("signature"), args.get("key"))
                 obs_value = encode_value(obs.value)
             elif action == "keep_get":  # impl's get(copy=False); the value is kept until drop_kept
+                self.collect = True
                 view = a.readers[self.name]
                 obs = observe(lambda: view.get(args["address"], args["id"], args.get("signature"), args.get("key"),
                                                copy=False))
@@ -316,7 +323,7 @@ class _Worker:
                     self.kept[args["key"]] = obs.value
                 obs_value = encode_value(obs.value)
             elif action == "alias_get":  # a plain get whose serde keeps the view it is handed (ALIAS)
-                self.aliasing = True
+                self.aliasing = self.collect = True
                 try:
                     obs = a.reader_get(self.name, args["address"], args["id"], args.get("signature"),
                                        args.get("key"))
@@ -361,7 +368,9 @@ class _Worker:
 
     def _close(self) -> bool:
         self.kept.clear()
-        gc.collect()
+        if self.collect:
+            gc.collect()
+            self.collect = False
         a, self.adapter = self.adapter, None
         if a is None:
             return True
@@ -425,6 +434,7 @@ def worker_setup(parent_pid: int) -> None:
 def _worker_main(name: str, conn: Any, target: LoadedTarget, lock: Any, parent_pid: int) -> None:
     global _WORKER
     worker_setup(parent_pid)
+    gc.freeze()  # the controller's heap, inherited by fork: a collection here need not walk it
     _WORKER = _Worker(name, conn, target, lock)
     yieldpoints.HOOK = _pause
     _WORKER.run()
