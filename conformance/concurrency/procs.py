@@ -36,6 +36,7 @@ does not warn about it when the controller exits).
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import dataclasses
 import gc
@@ -505,6 +506,8 @@ class ProcessPool:
         self.lock_holder: str | None = None
         self.steps_taken = 0
         """Scheduled steps answered so far (see :meth:`runnable`)."""
+        self.started: collections.Counter[str] = collections.Counter()
+        """Operations started on this pool, by action (``put``, ``get``, ``keep_get``...)."""
         self.segments: set[str] = set()
         self.geometry: tuple[int, int, int] | None = None
         self.handle_fields: dict | None = None
@@ -597,6 +600,7 @@ class ProcessPool:
         if not ps.idle:
             raise ScheduleError(f"{_label(name)} is busy with {ps.action}")
         ps.action, ps.args, ps.point = action, dict(args), None
+        self.started[action] += 1
         self._send(name, ("op", action, args))
         return self._step_result(name)
 

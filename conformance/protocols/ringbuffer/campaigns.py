@@ -85,8 +85,11 @@ def run_campaign(ctx: CampaignContext, campaign: Campaign, res: CampaignResult) 
             return _run_preemption(target, base, res)
         try:
             with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
-                return ctx.run_rounds(res, lambda config: scheduled_machine(target, config, pool),
-                                      gp.scheduled_examples, gp.scheduled_steps, base=base, fresh_findings=True)
+                ctx.run_rounds(res, lambda config: scheduled_machine(target, config, pool),
+                               gp.scheduled_examples, gp.scheduled_steps, base=base, fresh_findings=True)
+                if pool.started["keep_get"]:  # a store whose get takes copy=False (schedule.py)
+                    res.rates["zero_copy_reads"] = pool.started["keep_get"]
+                return res
         except ScheduleError as exc:
             res.error = f"ScheduleError: {exc}"
             return res

@@ -34,30 +34,37 @@ from shmspec.conformance.core.serde import Blob
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("writer_lock", [True], ids=["writer-lock"])
-def test_impl_passes_controlled_and_free_campaigns(writer_lock):
-    """The concurrent campaigns on impl with its writer given the readers'
-    lock: each of the controlled mode's campaigns and the free-running one,
-    once.  In vLLM's construction (the default) the same runs are
-    tests/conformance/test_cli.py::test_gate_passes_on_impl_ci_profile (the
-    controlled ones, in the whole ci gate) and
+@pytest.mark.parametrize("construction", [c for c in CONSTRUCTIONS if c != VLLM], ids=lambda c: c.name)
+def test_impl_passes_controlled_faults_and_free_campaigns_in_every_construction(construction):
+    """The concurrent campaigns on impl in each construction other than
+    vLLM's (the writer given the readers' lock, readers spawned, one reader):
+    each of the controlled mode's campaigns (the controlled one with
+    zero-copy reads, ``keep_get``; the faults one, which needs a survivor,
+    with two readers started as the construction says) and the free-running
+    one (a fifth of its first reads zero-copy), once (issue 28: every
+    construction, with leases and zero-copy reads).  In vLLM's construction
+    the same runs are tests/conformance/test_cli.py::test_gate_passes_on_impl_ci_profile
+    (the controlled ones, in the whole ci gate) and
     tests/conformance/runner/test_gate_concurrency.py::test_free_running_campaign_impl_passes_and_reports_rates;
-    the constructions campaign (which runs this construction from vLLM's)
-    is test_impl_passes_the_constructions_campaign_from_any_primary's."""
+    impl with a lease time is tests/impl/test_impl_leases.py's."""
     target = load_target("impl")
-    config = SessionConfig(writer_lock=writer_lock)
+    config = construction.config(SessionConfig())
     free = CONCURRENT_CAMPAIGNS["free"][0]
     for campaigns in ((PREEMPTION, CONTROLLED, FAULTS, SW_CAMPAIGN), (free,)):
         result = run_gate(target, "ci", campaigns=campaigns, concurrency="off", config=config)
-        assert result.writer_lock is writer_lock
+        assert result.construction == construction
         ran = [c for c in result.campaigns]
         assert [c.name for c in ran] == [c.name for c in campaigns]
         assert all(c.completed and c.error is None for c in ran), [(c.name, c.error) for c in ran]
         assert result.violations == [], [v.message for v in result.violations]
         if CONTROLLED in campaigns:
             assert sum(c.steps for c in ran) > 500
+            controlled = ran[1]
+            assert controlled.rates.get("zero_copy_reads", 0) > 0, controlled.rates
+            faults = ran[2].rates["scenarios"]
+            assert faults["reader_keeps_zero_copy"]["reachable"] and faults["reader_serde_keeps_view"]["reachable"]
         else:
-            assert ran[0].rates["ops"] > 0
+            assert ran[0].rates["ops"] > 0 and ran[0].rates["zero_copy_values"] > 0
 
 
 def test_writer_with_the_lock_counts_its_gets_in_place_of_readers():
