@@ -77,6 +77,13 @@ SLOT_PIN = 1
 SLOT_EPOCH = 2  # the reader's lease epoch (the reader writes it)
 SLOT_REVOKED = 3  # the epoch the writer revoked (the one word of a slot the writer writes)
 SLOT_LEASES = 4  # how many of the slot's zero-copy lease entries are in use (the reader writes it)
+SLOT_SHARED_READ = 5
+"""With a lease time: 1 + the lease entry of a ``get(copy=False)`` still
+building its value (its pin already cleared), else 0 (the reader writes it;
+2026-12-07, a word unused before, so no table version change).  Such a read
+is bounded by the lease time as a pinned one is: past it the writer revokes
+the reader's lease and, if the read is still in flight after its fence, the
+entry is void and the get raises ``StaleHandle`` when it resumes."""
 SLOT_LEASE_BASE = 8  # word of lease entry 0
 LEASE_WORDS = 4
 """A zero-copy lease entry: ``[pin_word(seq, abs) | 0 when free][physical

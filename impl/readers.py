@@ -29,9 +29,11 @@ writer writes.
 from __future__ import annotations
 
 import fcntl
+import logging
 import os
 import struct
 import threading
+import time
 import weakref
 from contextlib import suppress
 from typing import Any
@@ -39,6 +41,8 @@ from typing import Any
 from shmspec.model.errors import GeometryMismatch, TooManyReaders
 
 from . import layout, segment
+
+logger = logging.getLogger("shmspec.impl.storage")
 
 _FLOCK = struct.Struct("hhxxxxqqixxxx")  # struct flock on Linux (x86-64, aarch64): 32 bytes
 _HAS_OFD = hasattr(fcntl, "F_OFD_SETLK")
@@ -88,6 +92,7 @@ class ReaderTable:
         """The writer's lease time (microseconds; 0: none)."""
         self.revoked_pins: dict[int, int] = {}
         """Writer: reader slot -> the pin word whose lease it revoked last."""
+        self._voided: set[tuple[int, tuple[int, int, int, int]]] = set()  # zero-copy reads voided, logged once
         self._slot_words = layout.slot_bytes(self.max_chunks) // 8
         self._base = layout.TABLE_HEADER_BYTES // 8
         self._closed = False
@@ -208,15 +213,55 @@ class ReaderTable:
                 out.append((word, w[at + 1], w[at + 2], w[at + 3]))
         return out
 
-    def live_leases(self) -> list[tuple[int, tuple[int, int, int, int]]]:
+    def live_leases(self, revoke_stalled: bool = True) -> list[tuple[int, tuple[int, int, int, int]]]:
         """Writer: ``(slot, lease)`` for every lease of a slot still held by a
         live view (a dead or closed reader's leases are void: nothing of its
-        process can read the bytes any more)."""
+        process can read the bytes any more).  With a lease time
+        (``lease_us``) and ``revoke_stalled``, a slot's ``get(copy=False)``
+        that has been building its value for longer than the lease time
+        (:data:`~shmspec.impl.layout.SLOT_SHARED_READ`: a stopped or hung
+        reader) has its lease revoked, and its entry is void (left out) if
+        that read is still in flight after the revocation's fence: either
+        the writer sees the read end (the value holds the lease) or the
+        reader sees the revocation and its get raises ``StaleHandle``."""
         w, out = self.words, []
         for r in range(self.n_readers):
             if w[self.slot_word(r, layout.SLOT_LEASES)] and self.alive(r):
-                out.extend((r, lease) for lease in self.leases(r))
+                leases = self.leases(r)
+                if revoke_stalled and self.lease_us and w[self.slot_word(r, layout.SLOT_SHARED_READ)]:
+                    leases = self._void_stalled_read(r, leases)
+                out.extend((r, lease) for lease in leases)
         return out
+
+    def shared_read(self, reader: int) -> tuple[int, int, int, int] | None:
+        """Writer: slot ``reader``'s lease entry of a ``get(copy=False)`` still
+        building its value (:data:`~shmspec.impl.layout.SLOT_SHARED_READ`), or None."""
+        w = self.words
+        marker = w[self.slot_word(reader, layout.SLOT_SHARED_READ)]
+        if not 0 < marker <= layout.MAX_LEASES:
+            return None
+        at = self.lease_index(reader, marker - 1)
+        entry = (w[at], w[at + 1], w[at + 2], w[at + 3])
+        return entry if entry[0] else None
+
+    def _void_stalled_read(self, r: int, leases: list[tuple[int, int, int, int]]) -> list[tuple[int, int, int, int]]:
+        w = self.words
+        marker_at = self.slot_word(r, layout.SLOT_SHARED_READ)
+        marker, entry = w[marker_at], self.shared_read(r)
+        if entry is None or entry not in leases or time.monotonic_ns() // 1000 - entry[3] < self.lease_us:
+            return leases
+        if self.revoked(r):
+            fence()
+        else:
+            self.revoke(r)  # fences
+        if w[marker_at] != marker:
+            return leases  # the read ended before the revocation: its value holds the lease
+        if (r, entry) not in self._voided:
+            self._voided.add((r, entry))
+            logger.info("reader slot %d (pid %d) has been inside one get(copy=False) for over %g s: its lease is "
+                        "revoked, that read's bytes may be reused and its get raises StaleHandle when it resumes",
+                        r, self.owner_pid(r), self.lease_us / 1e6)
+        return [lease for lease in leases if lease != entry]
 
     def owner_pid(self, reader: int) -> int:
         return self.words[self.slot_word(reader, layout.SLOT_OWNER_PID)]

@@ -362,6 +362,14 @@ class SingleWriterShmRingBuffer:
                     self._wait_unpinned(table, reader, word)
         return table.acks(abs_counter)
 
+    def live_leases(self) -> list[tuple[int, tuple[int, int, int, int]]]:
+        """Writer: ``(slot, lease)`` of every zero-copy lease the writer must
+        respect (:meth:`shmspec.impl.readers.ReaderTable.live_leases`: a dead
+        reader's leases are void, and with a lease time so is a
+        ``get(copy=False)`` still building its value past it)."""
+        table = self.reader_table
+        return [] if table is None else table.live_leases()
+
     def check_leases(self, phys_start: int, phys_end: int) -> None:
         """Writer: refuse to write bytes ``[phys_start, phys_end)`` of the data
         region while a live reader holds a zero-copy lease on any of them (a
@@ -392,7 +400,7 @@ class SingleWriterShmRingBuffer:
         table = self.reader_table
         if table is None:
             return
-        for reader, (word, off, nbytes, since_us) in table.live_leases():
+        for reader, (word, off, nbytes, since_us) in self.live_leases():
             if off < phys_end and phys_start < off + nbytes:
                 held = max(0.0, time.monotonic_ns() / 1e3 - since_us) / 1e6
                 abs_counter = layout.pinned_abs(word, self._abs_end)

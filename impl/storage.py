@@ -309,6 +309,7 @@ class SingleWriterShmObjectStorage:
             self._scratch: bytearray | None = None  # the lease time's private copy, reused (see _leased_get)
             self._epoch_at = table.slot_word(self._slot, layout.SLOT_EPOCH)
             self._revoked_at = table.slot_word(self._slot, layout.SLOT_REVOKED)
+            self._shared_at = table.slot_word(self._slot, layout.SLOT_SHARED_READ)
             self._leases: ReaderLeases | None = None  # made at the first get(copy=False)
         self.lease_seconds = ring_buffer.reader_table.lease_us / 1e6 or None
         """The writer's lease time in seconds (readers read it from the table), or None."""
@@ -563,10 +564,7 @@ class SingleWriterShmObjectStorage:
     def _leased_by(self, id: int) -> list[tuple[int, tuple[int, int, int, int]]]:
         """Writer: ``(slot, lease)`` of every live reader's zero-copy lease on
         live chunk ``id`` (a value of ``get(copy=False)`` points into it; ALIAS)."""
-        table = self.ring_buffer.reader_table
-        if table is None:
-            return []
-        leases = table.live_leases()
+        leases = self.ring_buffer.live_leases()
         if not leases:
             return []
         low = (self.ring_buffer.abs_of(id) + 1) & layout.PIN_ABS_MASK
@@ -623,8 +621,10 @@ class SingleWriterShmObjectStorage:
             self.forfeited[r] = self.forfeited.get(r, 0) + 1
             if (r, pid) not in self._forfeit_logged:
                 self._forfeit_logged.add((r, pid))
-                logger.info("reader slot %d (pid %d) is gone (its process died or it closed): the writer "
-                             "reclaims the chunks it still owed reads of, starting with id %d", r, pid, id)
+                why = ("is gone (its process died or it closed)" if not table.alive(r) else
+                       f"lost its lease (revoked: it stayed inside one read for over {self.lease_seconds:g} s)")
+                logger.info("reader slot %d (pid %d) %s: the writer reclaims the chunks it still owed reads of, "
+                            "starting with id %d", r, pid, why, id)
 
     def _head_blockers(self) -> str:
         """Writer: why the oldest live chunk cannot be reclaimed, for an
@@ -640,8 +640,15 @@ class SingleWriterShmObjectStorage:
         if leased:
             now_us = time.monotonic_ns() / 1e3
             table = ring.reader_table
-            who = ", ".join(f"{r} (pid {table.owner_pid(r)}, for {max(0.0, now_us - lease[3]) / 1e6:.1f} s)"
-                            for r, lease in leased)
+
+            def held(r: int, lease: tuple[int, int, int, int]) -> str:
+                secs = max(0.0, now_us - lease[3]) / 1e6
+                if lease != table.shared_read(r):
+                    return f"{r} (pid {table.owner_pid(r)}, for {secs:.1f} s)"
+                return (f"{r} (pid {table.owner_pid(r)}, inside a get(copy=False) for {secs:.1f} s: its lease "
+                        f"is revoked in {max(0.0, (self.lease_seconds or 0) - secs):.1f} s)")
+
+            who = ", ".join(held(r, lease) for r, lease in leased)
             return (f"; the oldest chunk (id {head}, key {key!r}) is held by a zero-copy lease of reader "
                     f"slot{'s' * (len(leased) > 1)} {who}: it ends when that reader's value of get(copy=False) "
                     "is garbage-collected")
@@ -957,7 +964,11 @@ class SingleWriterShmObjectStorage:
         lease entry (with a lease time: fence and check the epoch was not
         revoked), acknowledge, unpin; then the serde builds the value over a
         view that holds the lease (:mod:`shmspec.impl.zerocopy`).  With every
-        lease entry in use the bytes are copied under the pin instead."""
+        lease entry in use the bytes are copied under the pin instead.  With
+        a lease time, a new entry is marked in flight (``SLOT_SHARED_READ``)
+        until the serde has built the value: a read stopped there past the
+        lease time is revoked by the writer (``ReaderTable.live_leases``),
+        and the get then raises ``StaleHandle`` (never the value)."""
         leases = self._leases
         if leases is None:
             leases = self._leases = ReaderLeases(self.ring_buffer.reader_table, self._slot, self)
@@ -969,7 +980,7 @@ class SingleWriterShmObjectStorage:
             yieldpoints.HOOK("pin")
         self._seq += 1
         ring = self.ring_buffer
-        held = False
+        held = marked = False
         payload = None
         try:
             pin = words[at] = pin_word(self._seq, cand)
@@ -980,8 +991,11 @@ class SingleWriterShmObjectStorage:
             if yieldpoints.HOOK is not None:
                 yieldpoints.HOOK("payload_read")
             if room:
-                leases.acquire(cand, pin, phys, size)  # before the pin goes (see ring.check_leases)
+                entry = leases.acquire(cand, pin, phys, size)  # before the pin goes (see ring.check_leases)
                 held = True
+                if self.lease_seconds and entry is not None:  # in flight until the value is built
+                    words[self._shared_at] = entry + 1
+                    marked = True
             else:
                 payload = bytes(ring.data_region[lo : lo + n])
             if self.lease_seconds:
@@ -990,6 +1004,8 @@ class SingleWriterShmObjectStorage:
                     raise StaleHandle(address, monotonic_id)
             self._ack(cand, live)
         except BaseException:
+            if marked:
+                words[self._shared_at] = 0
             if held:
                 leases.release(cand)
             raise
@@ -1002,9 +1018,36 @@ class SingleWriterShmObjectStorage:
         try:
             view = leases.export(cand, ring.shared_memory._mmap, layout.DATA_OFFSET, ring.data_buffer_size, lo, n)
         except BaseException:
+            if marked:
+                words[self._shared_at] = 0
             leases.release(cand)
             raise
-        return self.ser_de.deserialize_shared(view)
+        if not marked:
+            return self.ser_de.deserialize_shared(view)
+        revoked = False
+        try:
+            value = self.ser_de.deserialize_shared(view)
+        except BaseException:
+            if not self._end_shared_read():
+                raise
+            revoked = True  # the bytes it parsed may have been reused: the store's error, not the serde's
+        del view
+        if revoked:
+            raise StaleHandle(address, monotonic_id)
+        if self._end_shared_read():
+            del value  # its lease goes with it
+            raise StaleHandle(address, monotonic_id)
+        return value
+
+    def _end_shared_read(self) -> bool:
+        """Reader: the value of a marked ``get(copy=False)`` is built (or its
+        serde raised): clear ``SLOT_SHARED_READ``, fence, and return whether
+        the writer revoked the lease meanwhile (then it may have reused the
+        bytes: see ``ReaderTable.live_leases`` for the order)."""
+        words = self._words
+        words[self._shared_at] = 0
+        fence()
+        return words[self._revoked_at] == words[self._epoch_at]
 
     def _deserialize(self, address: int, size: int) -> Any:
         ring = self.ring_buffer

@@ -81,17 +81,18 @@ class ReaderLeases:
                            "those values are garbage-collected", layout.MAX_LEASES)
         return False
 
-    def acquire(self, cand: int, pin: int, offset: int, nbytes: int) -> None:
+    def acquire(self, cand: int, pin: int, offset: int, nbytes: int) -> int | None:
         """Count one more value on allocation ``cand`` (chunk bytes ``[offset,
         offset + nbytes)`` of the data region), writing its entry if it is new:
         offset, bytes and time first, the entry's word, then the count (the
         writer reads them in the other order).  Call with the hazard pin
-        ``pin`` up and :meth:`has_room` true."""
+        ``pin`` up and :meth:`has_room` true.  Returns the entry's index when
+        it is new, None when a value already held it."""
         with self._lock:
             got = self._by_cand.get(cand)
             if got is not None:
                 got[1] += 1
-                return
+                return None
             entry = self._free.pop()
             w, at = self._words, self._entry_at[entry]
             w[at + 1] = offset
@@ -101,6 +102,7 @@ class ReaderLeases:
             w[self._count_at] += 1
             self._by_cand[cand] = [entry, 1]
         self.drain()  # releases queued by a finalizer that ran while the lock was held
+        return entry
 
     def release(self, cand: int) -> None:
         """One value on ``cand`` is gone (a finalizer, any thread): queued,

@@ -26,6 +26,17 @@ session config) and SIGKILLs one process at a chosen yield point:
     (LIVE); every put must succeed (LEASE), and ``r1``'s get, resumed at the
     end, must raise the stale-handle error or return its own object (NRR),
     never another.
+``reader_stopped_mid_zero_copy_get``
+    (a store with reader leases, a lease time and ``get(..., copy=False)``:
+    ``--target impl-leased``; elsewhere ``not-reachable``) ``r1`` and ``r2``
+    read ``h1``, then ``r1`` gets ``h1`` again with ``copy=False`` and is
+    left paused at ``deserialize`` (its lease taken, its value not built
+    yet: a stopped process).  The writer puts until the ring has wrapped
+    onto ``h1``'s bytes, retrying a refused put: each must succeed within
+    the lease time plus :data:`LIVE_BOUND` (LIVE: the lease time bounds a
+    read until its value is built, issue 28); ``r2`` reads each object
+    (NRR).  ``r1``'s get, resumed, must raise the stale-handle error or
+    return ``h1``'s object, which must still read as put (NRR).
 ``reader_keeps_zero_copy``
     (a store whose ``get`` takes ``copy=False``: impl; elsewhere
     ``not-reachable``) ``r1`` gets ``h1`` with ``copy=False`` and keeps the
@@ -107,7 +118,8 @@ live reader's hazard pin, is ``PIN_TIMEOUT`` (10 s); for a dead reader's pin
 it does not wait."""
 
 SCENARIOS = ("reader_killed_in_lock", "reader_killed_mid_get", "writer_killed_mid_put", "reader_stopped_mid_get",
-             "reader_keeps_zero_copy", "reader_writes_garbage", "reader_closed_mid_get", "reader_serde_keeps_view")
+             "reader_keeps_zero_copy", "reader_writes_garbage", "reader_closed_mid_get", "reader_serde_keeps_view",
+             "reader_stopped_mid_zero_copy_get")
 
 DATA_BUFFER_SIZE, MAX_OBJECT_SIZE, READERS = 256, 96, ("r1", "r2")
 PAYLOAD = 40
@@ -306,6 +318,65 @@ def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
     _survive(run, "r2", last + 6)
 
 
+def _put_retrying(run: _Run, i: int, lease: float, after: str) -> tuple[dict | None, bytes]:
+    """The writer's put of ``k{i}``, retried every 0.1 s while refused, for
+    at most ``run.bound`` seconds (then a LIVE finding: ``(None, data)``)."""
+    t0, tries = time.monotonic(), 0
+    while True:
+        h, data = run.put(f"k{i}", i)
+        if h is not None or run.res.findings:
+            return h, data
+        tries += 1
+        if time.monotonic() - t0 > run.bound:
+            run.finding("LIVE", f"the writer's put of k{i} was refused for {time.monotonic() - t0:.1f} s "
+                                f"({tries} tries; bound: the lease time {lease:g} s plus {LIVE_BOUND:g} s) "
+                                f"{after}: {run.refusal[:240]}")
+            return None, data
+        time.sleep(0.1)
+
+
+def _stopped_mid_zero_copy_get(run: _Run, h1: dict, d1: bytes, lease: float) -> None:
+    """``reader_stopped_mid_zero_copy_get`` after ``h1`` was put (module docstring)."""
+    pool, want = run.pool, encode_value(Blob(d1))
+    where = f"{h1['key']} {(h1['address'], h1['id'])}"
+    if not (run.get("r1", h1, d1) and run.get("r2", h1, d1)):
+        return
+    out = pool.start("r1", "keep_get", h1)
+    while out.point is not None and out.point != "deserialize":
+        out = pool.advance("r1")
+    if out.point is None:
+        run.res.reachable = False
+        run.row("r1", "note", {}, "its get(copy=False) has no deserialize yield point")
+        return
+    run.killed, run.fate, run.bound = "r1", "stopped", lease + LIVE_BOUND
+    run.held = "inside get(copy=False), building its value"
+    run.row("r1", "SIGSTOP", {"at": "deserialize", "during": "get(copy=False)"},
+            "stopped during get(copy=False) (paused at deserialize, its value not built yet)")
+    for i in range(1, 7):  # until the ring has wrapped onto h1's bytes
+        h, data = _put_retrying(run, i, lease, "while reader r1 was stopped inside get(copy=False)")
+        if h is None or not run.get("r2", h, data):
+            return
+    while out.point is not None:  # resumed: the store's error, or h1's object (and it must stay h1's)
+        out = pool.advance("r1")
+    r = out.result
+    run.row("r1", "keep_get", _short(h1), r["error"] or _render(r["value"]))
+    run.killed = None
+    after = f", after it stayed stopped inside get(copy=False) past its {lease:g} s lease"
+    if r["error"] is None:
+        kept = run.run_op("r1", "check_kept", {})
+        now = kept.result["value"].get(h1["key"], want) if kept is not None else want
+        if r["value"] != want or now != want:
+            seen = r["value"] if r["value"] != want else now
+            run.finding("NRR", nrr_message("reader r1's resumed get(copy=False)",
+                                           "returned" if r["value"] != want else "returned a value that now reads",
+                                           _render(seen), where, _render(want), after))
+            return
+        run.run_op("r1", "drop_kept", {})
+    elif r["error"] != "StaleHandle":
+        run.finding("NRR", nrr_error_message("reader r1's resumed get(copy=False)", where,
+                                             f"{r['error']} ({(r.get('detail') or '')[:160]})", after))
+
+
 def _writes_garbage(run: _Run, h1: dict, d1: bytes, lease: float) -> None:
     """``reader_writes_garbage`` after ``h1`` was put (module docstring)."""
     if not (run.get("r1", h1, d1) and run.get("r2", h1, d1)):
@@ -321,19 +392,8 @@ def _writes_garbage(run: _Run, h1: dict, d1: bytes, lease: float) -> None:
     run.bound = lease + LIVE_BOUND
     h = None
     for i in range(1, 7):
-        t0, tries = time.monotonic(), 0
-        while True:
-            h, data = run.put(f"k{i}", i)
-            if h is not None or run.res.findings:
-                break
-            tries += 1
-            if time.monotonic() - t0 > run.bound:
-                run.finding("LIVE", f"the writer's put of k{i} was refused for {time.monotonic() - t0:.1f} s "
-                                    f"({tries} tries; bound: the lease time {lease:g} s plus {LIVE_BOUND:g} s) "
-                                    f"after reader r1 wrote garbage into its own words: {run.refusal[:240]}")
-                return
-            time.sleep(0.1)
-        if run.res.findings or not run.get("r2", h, data):
+        h, data = _put_retrying(run, i, lease, "after reader r1 wrote garbage into its own words")
+        if h is None or not run.get("r2", h, data):
             return
     last = dict(h)
     run.killed = None  # r1 is not faulted any more: its get is judged like any reader's
@@ -512,6 +572,14 @@ def run_scenario(target: LoadedTarget, scenario: str, writer_lock: bool = False,
                                                            f"{h1['key']} {(h1['address'], h1['id'])}",
                                                            _render(encode_value(Blob(d1))),
                                                            f", after it stayed stopped past its {lease:g} s lease"))
+        elif scenario == "reader_stopped_mid_zero_copy_get":
+            lease = getattr(getattr(target.module, "SingleWriterShmObjectStorage", None), "LEASE_SECONDS", None)
+            if not (run.leases and lease and offers_zero_copy(target)):
+                res.reachable = False
+                run.row("r1", "note", {}, "the store declares no reader leases with a lease time and zero-copy "
+                                          "reads: a reader stopped inside get(copy=False) holds the writer by design")
+            else:
+                _stopped_mid_zero_copy_get(run, h1, d1, lease)
         elif scenario == "reader_writes_garbage":
             lease = getattr(getattr(target.module, "SingleWriterShmObjectStorage", None), "LEASE_SECONDS", None)
             if not (run.leases and lease):

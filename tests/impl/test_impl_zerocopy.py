@@ -16,6 +16,7 @@ import logging
 import os
 import signal
 import threading
+import time
 from typing import Any
 
 import multiprocess
@@ -207,6 +208,68 @@ def test_a_revoked_lease_time_read_gives_no_zero_copy_value(store, monkeypatch):
     gc.collect()
     assert table.leases(0) == []
     assert bytes(r.get(*first, copy=False)) == b"A" * PAYLOAD  # the lease is renewed at the next get
+
+
+class StallingSerde(RawSerde):
+    """``copy=False`` waits in ``deserialize_shared`` until :attr:`go` is set
+    (a reader stopped or hung while its value is being built)."""
+
+    entered = threading.Event()
+    go = threading.Event()
+
+    def deserialize_shared(self, view: memoryview) -> Any:
+        StallingSerde.entered.set()
+        StallingSerde.go.wait(30)
+        return view
+
+
+def test_a_zero_copy_get_stalled_building_its_value_is_revoked_after_the_lease_time(store, caplog):
+    """Found by a fresh-user trial (2026-12-07): with ``lease_seconds=1`` a
+    reader stopped inside ``get(copy=False)``, after its pin had cleared,
+    held the writer for as long as it stayed stopped (every put
+    ``OutOfSpace``, "held by a zero-copy lease").  Issue 28: the writer puts
+    again within one lease time plus 1 s; the resumed get raises
+    ``StaleHandle`` (never a value over reused bytes), and the reader's next
+    get renews its lease."""
+    StallingSerde.entered.clear()
+    StallingSerde.go.clear()
+    w, r, _ = store(serde=StallingSerde, lease_seconds=1)
+    first = _put(w, "a", b"A" * PAYLOAD)
+    out: dict[str, Any] = {}
+
+    def read() -> None:
+        try:
+            out["value"] = r.get(*first, copy=False)
+        except Exception as exc:  # noqa: BLE001 - checked below
+            out["error"] = exc
+
+    t = threading.Thread(target=read)
+    t.start()
+    try:
+        assert StallingSerde.entered.wait(10)
+        caplog.set_level(logging.INFO, logger="shmspec.impl.storage")
+        t0, refusals, k = time.monotonic(), [], 0
+        while time.monotonic() - t0 < 5.0 and k < 40:  # puts until the ring has wrapped over "a"'s bytes
+            try:
+                w.put(f"k{k}", bytes([k]) * PAYLOAD)
+                k += 1
+            except OutOfSpace as exc:
+                refusals.append((time.monotonic() - t0, str(exc)))
+                time.sleep(0.05)
+        took = time.monotonic() - t0
+    finally:
+        StallingSerde.go.set()
+        t.join(10)
+    assert k == 40, (k, refusals[-1:])
+    assert refusals and refusals[-1][0] < 1.0 + 1.0, refusals[-1]  # within one lease time plus 1 s
+    assert "inside a get(copy=False) for" in refusals[0][1] and "its lease is revoked in" in refusals[0][1]
+    assert took < 5.0
+    assert isinstance(out.get("error"), StaleHandle), out  # the resumed get: the store's error, not the value
+    assert "inside one get(copy=False) for over 1 s: its lease is revoked" in caplog.text
+    assert "lost its lease (revoked" in caplog.text and "is gone" not in caplog.text
+    gc.collect()
+    assert w.ring_buffer.reader_table.leases(0) == []
+    assert bytes(r.get(*_put(w, "z", b"Z" * PAYLOAD), copy=False)) == b"Z" * PAYLOAD  # the lease renewed
 
 
 def _holder(handle, address, monotonic_id, sig, key, conn):

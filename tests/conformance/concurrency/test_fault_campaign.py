@@ -161,6 +161,33 @@ def test_vllm_readers_hand_out_a_value_over_the_view_a_serde_kept():
     assert "reads Blob(04" in res.findings[0].message and "for handle k0 (0, 0)" in res.findings[0].message
 
 
+@pytest.mark.slow  # two runs with a 10 s lease time: 10 s and 15 s
+def test_a_reader_stopped_inside_a_zero_copy_get_holds_the_writer_one_lease_time_at_most():
+    """``reader_stopped_mid_zero_copy_get`` (issue 28; found by a fresh-user
+    trial, 2026-12-07): r1 is left paused inside ``get(copy=False)`` after
+    its lease was taken.  On impl-leased the put that needs h1's bytes is
+    refused for one lease time, then succeeds, r2 reads every object right
+    and r1's resumed get raises StaleHandle.  With the stalled read's lease
+    never revoked (``zero_copy_read_unrevoked``, impl before the fix) LIVE
+    names the refusal and the zero-copy lease, found again from the
+    finding's config.  Without a lease time, and on vLLM: not claimed."""
+    res = run_scenario(load_or_skip("impl-leased"), "reader_stopped_mid_zero_copy_get")
+    assert res.reachable and res.findings == [], [f.message for f in res.findings]
+    seen = [(s["process"], s["action"], s["observed"]) for s in res.steps]
+    assert ("r1", "SIGSTOP") in [(p, a) for p, a, _ in seen] and seen[-1] == ("r1", "keep_get", "StaleHandle")
+    puts = [o for p, a, o in seen if a == "put"]
+    assert "OutOfSpace" in puts and [o[:8] for o in puts if o != "OutOfSpace"] == ["handle ("] * 7
+    assert 9.0 < res.seconds < 20.0  # the refused put waited for the lease time
+    spec = f"file:{MUTANTS_DIR / 'zero_copy_read_unrevoked.py'}"
+    bad = run_scenario(load_or_skip(spec), "reader_stopped_mid_zero_copy_get")
+    assert [f.property for f in bad.findings] == ["LIVE"]
+    assert "while reader r1 was stopped inside get(copy=False)" in bad.findings[0].message
+    assert "held by a zero-copy lease of reader slot 0" in bad.findings[0].message
+    assert replay_fault(spec, {"scenario": "reader_stopped_mid_zero_copy_get"}, "LIVE").startswith("LIVE")
+    for plain in ("impl", "vllm==0.33.0"):
+        assert run_scenario(load_or_skip(plain), "reader_stopped_mid_zero_copy_get").reachable is False
+
+
 @pytest.mark.slow  # two runs of the garbage-writing reader's scenario: 10 s and 20 s (the lease time)
 def test_a_reader_writing_garbage_delays_the_writer_one_lease_time_and_an_unrevoked_pin_is_caught():
     """``reader_writes_garbage`` (issue 28 item 7): r1 pins h1 for ever and
