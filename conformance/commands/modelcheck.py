@@ -246,8 +246,16 @@ def to_json(outcomes: list[ConfigOutcome]) -> dict[str, Any]:
     return {**header(SCHEMA, "model"), "ok": ok, "verdict": model_verdict(ok), "configs": configs}
 
 
+def itf_name(o: ConfigOutcome, v: Violation) -> str:
+    """The ITF file of counterexample ``v`` of ``o``, relative to the report
+    folder: ``itf/<config stem>.<property>.itf.json``."""
+    return f"itf/{Path(o.check.config).stem}.{v.property}.itf.json"
+
+
 def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[str, Any]:
     d = dict(v.to_json(), model_departs=r.model_departs)
+    if j < len(o.traces):
+        d["itf"] = itf_name(o, v)
     tr = o.target_replays[j] if j < len(o.target_replays) else None
     d.update(target=o.target, target_departs=tr.departs if tr else None,
              departs_first=departs_first(r.model_departs, tr.departs) if tr else None,
@@ -256,8 +264,19 @@ def _cex_json(o: ConfigOutcome, j: int, v: Violation, r: TraceReplay) -> dict[st
 
 
 def write(outcomes: list[ConfigOutcome], report_dir: Path) -> None:
-    """``model.json`` and ``model.html`` into ``report_dir`` (created)."""
+    """``model.json`` and ``model.html`` into ``report_dir`` (created), and
+    each counterexample's TLC trace as ITF (:func:`itf_name`; :mod:`..spec.itf`)."""
+    from ..spec.itf import trace_to_itf  # noqa: PLC0415 - only when writing
+
     report_dir.mkdir(parents=True, exist_ok=True)
+    for o in outcomes:
+        for trace, (v, _) in zip(o.traces, o.counterexamples):
+            path = report_dir / itf_name(o, v)
+            path.parent.mkdir(exist_ok=True)
+            doc = trace_to_itf([ts.values() for ts in trace], [ts.action for ts in trace],
+                               source=Path(o.check.config).name,
+                               description=f"TLC's counterexample to {v.property}: {v.message}"[:400])
+            path.write_text(json.dumps(doc, indent=1) + "\n")
     (report_dir / "model.json").write_text(json.dumps(to_json(outcomes), indent=2, default=str) + "\n")
     (report_dir / "model.html").write_text(record_html(lambda rec: render(rec, outcomes, report_dir)))
 

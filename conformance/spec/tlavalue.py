@@ -1,11 +1,14 @@
 """Parse the TLA+ values TLC prints (error traces, ``-dump`` files) into Python.
 
 Mapping: integers -> ``int``; ``TRUE``/``FALSE`` -> ``bool``; strings ->
-``str``; model values (bare identifiers such as ``r1``) -> ``str``; sequences
-``<<a, b>>`` -> ``tuple``; sets ``{a, b}`` -> ``frozenset``; records
-``[f |-> v, ...]`` and functions ``(a :> x @@ b :> y)`` -> :class:`FrozenDict`
-(a hashable ``dict``, so records can sit in sets).  A
-function with domain ``1..n`` prints as a sequence and parses as one.
+``str``; model values (bare identifiers such as ``r1``) -> :class:`ModelValue`
+(a ``str``, equal to its name); sequences ``<<a, b>>`` -> ``tuple``; sets
+``{a, b}`` -> ``frozenset``; records ``[f |-> v, ...]`` -> :class:`FrozenRecord`
+and functions ``(a :> x @@ b :> y)`` -> :class:`FrozenDict` (hashable
+dicts, so records can sit in sets; a record is a ``FrozenDict`` too).  A
+function with domain ``1..n`` prints as a sequence and parses as one.  The
+subclasses keep what :mod:`.itf` needs to write a value back (a model value
+is not a string, a record is not a function) and change nothing else.
 """
 
 from __future__ import annotations
@@ -23,6 +26,17 @@ class FrozenDict(dict):
 
     def __hash__(self) -> int:  # type: ignore[override]
         return hash(frozenset(self.items()))
+
+
+class FrozenRecord(FrozenDict):
+    """A parsed record ``[f |-> v, ...]`` (a :class:`FrozenDict` keyed by field name)."""
+
+
+class ModelValue(str):
+    """A parsed model value (a bare identifier such as ``r1``): a ``str``
+    equal to its name, told apart from a TLA+ string by its type."""
+
+    __slots__ = ()
 
 
 class TlaParseError(ShmspecError, ValueError):
@@ -111,7 +125,7 @@ def _value(tokens, i, text) -> tuple[Any, int]:
     if kind == 1:
         return tok, i + 1
     if kind == 3:
-        return {"TRUE": True, "FALSE": False}.get(tok, tok), i + 1
+        return {"TRUE": True, "FALSE": False}.get(tok) if tok in ("TRUE", "FALSE") else ModelValue(tok), i + 1
     if tok == "<<":
         items, i = _items(tokens, i + 1, ">>", text)
         return tuple(items), i
@@ -119,7 +133,7 @@ def _value(tokens, i, text) -> tuple[Any, int]:
         items, i = _items(tokens, i + 1, "}", text)
         return frozenset(items), i
     if tok == "[":
-        rec = FrozenDict()
+        rec = FrozenRecord()
         i += 1
         while tokens[i] != (2, "]"):
             name = tokens[i][1]
