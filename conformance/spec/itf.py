@@ -19,6 +19,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from ..core.errors import ShmspecError
 from .tlavalue import FrozenDict, FrozenRecord, ModelValue
 
 FORMAT_DESCRIPTION = "https://apalache-mc.org/docs/adr/015adr-trace.html"
@@ -58,7 +59,7 @@ ITF_SCHEMA: dict[str, Any] = {
 }
 
 
-class ItfError(ValueError):
+class ItfError(ShmspecError, ValueError):
     """Not an ITF value or trace this module reads (one line saying where)."""
 
 
