@@ -266,6 +266,27 @@ def _survive(run: _Run, reader: str, start: int) -> None:
             return
 
 
+def _wrap_keeping(run: _Run, key: str, default: Any = None) -> tuple[int, Any] | None:
+    """While r1 keeps its value of ``key``: the writer puts ``k1``..``k6``
+    (until a put is refused or the ring has wrapped), both readers reading
+    each; then what r1's kept value reads now (``default`` if none is kept).
+    Returns ``(index of the last put, that value)``, or None when the
+    scenario cannot go on (a finding, or a process that did not answer)."""
+    last = 1
+    for last in range(1, 7):
+        h, data = run.put(f"k{last}", last)
+        if h is None:
+            if run.res.findings:
+                return None
+            break
+        if not (run.get("r1", h, data) and run.get("r2", h, data)):
+            return None
+    out = run.run_op("r1", "check_kept", {})
+    if out is None:
+        return None
+    return last, out.result["value"].get(key, default)
+
+
 def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
     """``reader_keeps_zero_copy`` after ``h1`` was put (module docstring)."""
     want = encode_value(Blob(d1))
@@ -280,19 +301,10 @@ def _keeps_zero_copy(run: _Run, h1: dict, d1: bytes) -> None:
         return
     if r["error"] is not None or not run.get("r2", h1, d1):
         return
-    last = 1
-    for last in range(1, 7):  # with r1's value kept: until a put is refused, or the ring wrapped
-        h, data = run.put(f"k{last}", last)
-        if h is None:
-            if run.res.findings:
-                return
-            break
-        if not (run.get("r1", h, data) and run.get("r2", h, data)):
-            return
-    out = run.run_op("r1", "check_kept", {})
-    if out is None:
+    got = _wrap_keeping(run, h1["key"])
+    if got is None:
         return
-    now = out.result["value"].get(h1["key"])
+    last, now = got
     if now != want:
         run.finding("NRR", nrr_message("reader r1's kept value of get(copy=False)", "now reads", _render(now),
                                        where, _render(want), f", after the writer's puts k1..k{last}"))
@@ -487,19 +499,10 @@ def _serde_keeps_view(run: _Run, h1: dict, d1: bytes) -> None:
             return
     if not run.get("r2", h1, d1):
         return
-    last = 1
-    for last in range(1, 7):  # until the ring has wrapped onto h1's bytes
-        h, data = run.put(f"k{last}", last)
-        if h is None:
-            if run.res.findings:
-                return
-            break
-        if not (run.get("r1", h, data) and run.get("r2", h, data)):
-            return
-    out = run.run_op("r1", "check_kept", {})
-    if out is None:
+    got = _wrap_keeping(run, h1["key"], want)  # nothing kept (the store refused the value): ``want``
+    if got is None:
         return
-    now = out.result["value"].get(h1["key"], want)  # nothing kept: the store refused the value
+    last, now = got
     if now != want:
         run.finding("NRR", nrr_message("reader r1's value of get, whose serde kept a view of its input,", "now reads", _render(now), where, _render(want),
                                        f", after the writer's puts k1..k{last} (ALIAS: the store neither copied "
