@@ -58,6 +58,10 @@ class CampaignContext:
     finding, judged with :meth:`SessionConfig.excuses
     <shmspec.conformance.core.config.SessionConfig.excuses>`;
     ``fresh_findings`` gives the campaign its own distinct-findings ledger.
+    ``stop_at`` (property ids, or None): a campaign that runs in pieces of
+    its own (the slot protocols' deployed runs) stops after the piece that
+    found one of them, as ``run_rounds`` does (``shmspec mutants``, which
+    needs only the first finding of the property a fault names).
     """
 
     target: Any
@@ -70,6 +74,7 @@ class CampaignContext:
     failed: frozenset[str] = frozenset()
     found: Any = None
     run_rounds: Callable[..., "CampaignResult"] = field(default=None, repr=False)  # type: ignore[assignment]
+    stop_at: frozenset[str] | None = None
 
 
 class StoreProtocol:

@@ -439,7 +439,7 @@ def _run_campaign(target: Any, campaign: CampaignLike, gp: GateProfile, seed: in
         return _run_rounds(target, campaign, gp, seed, ctx.config if base is None else base, res, make_machine,
                            max_examples, step_count, Findings() if fresh_findings else found, stop_at)
 
-    ctx = CampaignContext(target, gp, seed, base, concurrency, frozenset(raced), failed, found, run_rounds)
+    ctx = CampaignContext(target, gp, seed, base, concurrency, frozenset(raced), failed, found, run_rounds, stop_at)
     return protocol_of(target).run_campaign(ctx, campaign, res)
 
 

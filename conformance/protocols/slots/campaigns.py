@@ -447,9 +447,14 @@ def _run_deployed(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignRes
                                             _deployed_config(ctx, dep), exc, concurrency="deployed",
                                             detected_seconds=t0, detected_steps=len(trace),
                                             occurrence=ctx.found.record(exc) if ctx.found is not None else 1))
+        if ctx.stop_at and any(v.property in ctx.stop_at for v in res.violations):
+            # its first finding is all a stop_at run needs (shmspec mutants): the later runs are skipped
+            res.rates["stopped"] = f"after run {len(runs)} of {len(deployments(ctx, campaign))}, at a finding of " \
+                                   f"{', '.join(sorted({v.property for v in res.violations} & ctx.stop_at))}"
+            break
     res.rates["deployed"] = runs
     res.rates["construction"] = runs[0] if runs else None
-    res.completed = res.error is None
+    res.completed = res.error is None and "stopped" not in res.rates  # stopped: as a ring campaign's rounds
     res.seconds = time.monotonic() - t0
     return res
 

@@ -72,6 +72,13 @@ def test_every_seeded_fault_is_caught_by_its_property(fault, monkeypatch):
     first = out.first(fault.expected)
     assert first.steps and first.protocol == fault.kind
     assert first.construction.deployed == (fault.construction == "deployed")
+    # a deployed campaign stops after the run that found the fault's property, and says so (not completed)
+    for c in out.result.campaigns:
+        if "stopped" in c.rates:
+            assert not c.completed and fault.expected in {v.property for v in c.violations}, c.rates["stopped"]
+    if fault.name == "queue_overflow_drops_oob":  # found by the free load's first run: the second is skipped
+        [free] = [c for c in out.result.campaigns if c.name == "deployed"]
+        assert len(free.rates["deployed"]) == 1 and free.rates["stopped"] == f"after run 1 of 2, at a finding of {fault.expected}"
 
 
 def test_a_gate_run_leaves_no_segment_to_the_garbage_collector():
@@ -264,3 +271,4 @@ def test_the_fault_scenario_finds_a_store_that_reuses_the_dead_readers_slot():
     fault = slot_mutants.faults(["arena_any_reader"])[0]
     _, exc = run_scenario(protocols.load(fault.target), SessionConfig())
     assert exc is not None and exc.prop == "NRR" and "slot 0 rewritten while r1" in exc.message
+
