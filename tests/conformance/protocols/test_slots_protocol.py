@@ -117,7 +117,8 @@ def test_the_fault_library_has_at_least_ten_faults_over_the_properties():
 def test_a_finding_replays_from_its_report_and_not_on_the_fixed_store(tmp_path):
     fault = slot_mutants.faults(["queue_no_wait"])[0]
     # the one-process campaigns' finding (the deployed construction's replay: test_slots_deployed.py)
-    result = shmspec.check(fault.target, report_dir=tmp_path, concurrency="off")
+    # the smoke tier: a finding replays alike whatever budget found it
+    result = shmspec.check(fault.target, report_dir=tmp_path, concurrency="off", profile="smoke")
     assert result.verdict == "fail" and result.properties["NRR"] == "fail"
     case = json.loads((tmp_path / "report.json").read_text())["violations"][0]
     assert case["config"]["start_method"] == "one-process" and case["protocol"] == "queue"
@@ -190,8 +191,9 @@ def test_a_vllm_arena_with_its_reuse_check_broken_is_found(tmp_path):
     assert good in src
     (tmp_path / "shm_broadcast.py").write_text(target.files.broadcast_path.read_text())
     (tmp_path / "shm_tensor_arena.py").write_text(src.replace(good, "free = meta[0] == 0 or sum(meta[1:]) >= 1"))
+    # the smoke tier (lockstep campaigns, 30 steps): what `shmspec check --profile smoke` runs on a push
     result = shmspec.check(f"arena:file:{tmp_path / 'shm_tensor_arena.py'}", report_dir=tmp_path / "r",
-                           concurrency="off")
+                           concurrency="off", profile="smoke")
     assert result.properties["NRR"] == "fail"
     v = next(v for v in result.violations if v.property == "NRR")
     assert "rewritten while" in v.message or "changed" in v.message
@@ -236,9 +238,11 @@ def test_sessions_close_their_segments():
 def test_the_cli_checks_a_slot_target_and_lists_its_faults(tmp_path, capsys):
     from shmspec.conformance.cli import main
 
-    assert main(["check", "--target", "impl-queue", "--concurrency", "off", "--report-dir", str(tmp_path / "ok")]) == 0
+    # the smoke tier: the CLI's exit codes and lists (impl's ci gate: test_impl_passes_every_property_...)
+    smoke = ["--concurrency", "off", "--profile", "smoke"]
+    assert main(["check", "--target", "impl-queue", *smoke, "--report-dir", str(tmp_path / "ok")]) == 0
     fault = slot_mutants.faults(["queue_no_wait"])[0]
-    assert main(["check", "--target", fault.target, "--concurrency", "off", "--report-dir", str(tmp_path / "bad")]) == 1
+    assert main(["check", "--target", fault.target, *smoke, "--report-dir", str(tmp_path / "bad")]) == 1
     capsys.readouterr()
     assert main(["mutants", "--protocol", "arena", "--list"]) == 0
     out = capsys.readouterr().out
