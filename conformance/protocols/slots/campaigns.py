@@ -426,7 +426,8 @@ def _run_deployed(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignRes
 
     t0 = time.monotonic()
     runs = []
-    for dep in deployments(ctx, campaign):
+    planned = deployments(ctx, campaign)
+    for dep in planned:
         try:
             out = deployed.run(ctx.target, dep)
         except Exception as e:  # noqa: BLE001 - the construction could not be built: an error, never a pass
@@ -449,7 +450,7 @@ def _run_deployed(ctx: CampaignContext, campaign: SlotCampaign, res: CampaignRes
                                             occurrence=ctx.found.record(exc) if ctx.found is not None else 1))
         if ctx.stop_at and any(v.property in ctx.stop_at for v in res.violations):
             # its first finding is all a stop_at run needs (shmspec mutants): the later runs are skipped
-            res.rates["stopped"] = f"after run {len(runs)} of {len(deployments(ctx, campaign))}, at a finding of " \
+            res.rates["stopped"] = f"after run {len(runs)} of {len(planned)}, at a finding of " \
                                    f"{', '.join(sorted({v.property for v in res.violations} & ctx.stop_at))}"
             break
     res.rates["deployed"] = runs

@@ -275,4 +275,3 @@ def test_the_fault_scenario_finds_a_store_that_reuses_the_dead_readers_slot():
     fault = slot_mutants.faults(["arena_any_reader"])[0]
     _, exc = run_scenario(protocols.load(fault.target), SessionConfig())
     assert exc is not None and exc.prop == "NRR" and "slot 0 rewritten while r1" in exc.message
-
