@@ -60,10 +60,12 @@ def deployed_campaigns(kind: str) -> tuple[SlotCampaign, ...]:
             SlotCampaign("deployed-faults", DEPLOYED_CHECKS, mode="deployed-faults"))
 
 
-CONTROLLED_BUDGET = {"ci": (16, 40), "dev": (60, 120), "deep": (200, 300)}
+CONTROLLED_BUDGET = {"smoke": (8, 12), "ci": (16, 40), "dev": (60, 120), "deep": (200, 300)}
 """Per gate profile: schedules drawn, and runs the shrinker may take after
 the first failing one (work, not seconds: the same seed gives the same
-counterexample on any machine)."""
+counterexample on any machine).  ``smoke`` runs no deployed campaign by
+default (``--concurrency off``); its budget is for one named explicitly
+(``--concurrency on`` or ``campaigns=``)."""
 SCHEDULES = st.lists(st.sampled_from([0, 0, 1, 2]), min_size=64, max_size=200)
 """A schedule's choices, one per store (:class:`~.deployed.Deployment`):
 mostly 0 (the process goes on after its store), sometimes a switch right

@@ -68,7 +68,9 @@ Three ways to run it (the campaigns of :mod:`.campaigns`):
   lets one process at a time run to its next one; the same schedule gives
   the same interleaving, so a finding replays exactly;
 * free-running (the OS interleaves; readers take slow steps drawn from
-  the seed, so the writer often waits on a full ring);
+  the seed, so the writer often waits on a full ring; a reader's wait for
+  a message ends with the queue's timeout, or :data:`FREE_IDLE_POLLS` of
+  its slices after the writer is done: a lost message is PROG);
 * with a fault (:data:`FAULTS`).
 
 A free-running load may interleave differently when run again; the fault
@@ -116,6 +118,10 @@ step between two ``dequeue`` calls, so the writer often finds the ring
 full and waits on the slowest reader's flag."""
 IDLE_POLLS = 4
 """Timeouts in a row, once the writer has stopped, after which a reader stops waiting."""
+FREE_IDLE_POLLS = 8
+"""The same for the free-running load (2 s: a remote reader's last message
+may still be on its socket when the writer is done; a message lost costs
+this, not the whole :attr:`Deployment.timeout`)."""
 STALL_S = 4 * POLL_S
 """How long the :data:`STALL` fault pauses the writer once every local
 reader has released the overflow chunk (seconds): four of a reader's waits."""
@@ -795,6 +801,10 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
         pace = random.Random(f"{dep.seed}/{label}")
         victim = label == f"r{dep.victim + 1}" and dep.fault == "reader-killed-between"
         reads = 0  # dequeue outcomes in ``events`` (the others are drops)
+        # the free load waits in POLL_S slices, up to dep.timeout per message, and stops
+        # FREE_IDLE_POLLS slices after the writer is done (a lost message costs 2 s, not the timeout)
+        free = not dep.fault and dep.schedule is None and api.timeouts
+        writer_done, wait_t0 = False, None
 
         def drop(due: int | None) -> None:  # check a held tensor again, then let it go (its slot's release)
             for item in [h for h in held if due is None or h[0] <= due]:
@@ -812,11 +822,21 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                 if reads == 0:  # the writer's first message is a broadcast_object: so is this side's
                     obj = mq.broadcast_object()
                 else:
-                    obj = mq.dequeue(**_kw(api, POLL_S if dep.fault else dep.waits))
+                    obj = mq.dequeue(**_kw(api, POLL_S if dep.fault or free else dep.waits))
             except SchedulerStop as exc:
                 events.append(("stopped", reads, t0, time.monotonic(), str(exc)))
                 break
             except TimeoutError:
+                if free:  # one slice of the wait: the wait goes on until its timeout or the writer is done
+                    wait_t0 = t0 if wait_t0 is None else wait_t0
+                    if not writer_done and conn.poll():
+                        conn.recv()
+                        writer_done = True
+                    idle += writer_done
+                    if idle <= FREE_IDLE_POLLS and time.monotonic() - wait_t0 < dep.timeout:
+                        continue
+                    events.append(("timeout", reads, wait_t0, time.monotonic()))
+                    break
                 if total is None and conn.poll():
                     total = conn.recv()
                 idle += total is not None
@@ -830,6 +850,8 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                 reads += 1
                 continue
             reads += 1
+            if free:
+                idle, wait_t0 = 0, None
             try:
                 _, seq, kind, body, want, _trip_ = obj
             except (TypeError, ValueError):
@@ -1005,7 +1027,7 @@ def run(target: Any, dep: Deployment) -> Outcome:
             break
         sent = sum(1 for e in out.writer if e[0] == "sent")
         for label, c in conns.items():
-            if dep.fault and bounded:
+            if bounded and (dep.fault or dep.schedule is None):  # the writer is done: what it sent
                 try:
                     c.send(sent)
                 except (BrokenPipeError, OSError):

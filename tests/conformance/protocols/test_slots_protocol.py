@@ -18,7 +18,7 @@ from shmspec.conformance import protocols
 from shmspec.conformance.commands.mutation import run_fault
 from shmspec.conformance.core.errors import TargetError
 from shmspec.conformance.mutants import slots as slot_mutants
-from shmspec.conformance.protocols.slots.campaigns import deployed_campaigns
+from shmspec.conformance.protocols.slots.campaigns import CONTROLLED_BUDGET, deployed_campaigns
 from shmspec.conformance.protocols.slots.session import ArenaSession, QueueSession
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.lockstep.session import Call, PropertyViolation
@@ -65,6 +65,7 @@ def test_every_seeded_fault_is_caught_by_its_property(fault, monkeypatch):
     # a fault of the queue's deployed paths runs with the deployed construction (the queue's default), the
     # others in one process (--concurrency off), where the lockstep campaigns catch them
     monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"], shrink_examples=10))
+    monkeypatch.setitem(CONTROLLED_BUDGET, "ci", (CONTROLLED_BUDGET["ci"][0], 4))  # 4 shrink runs of a schedule
     deployed = deployed_campaigns(fault.kind) if fault.construction == "deployed" else None
     out = run_fault(fault, campaigns=deployed, concurrency="off")
     assert out.error is None and out.result is not None
