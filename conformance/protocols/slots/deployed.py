@@ -668,8 +668,9 @@ def _writer(conn, target: Any, dep: Deployment, log: str | None = None, gate: An
         _arm(None, None)
         conn.send(("done",))
         conn.recv()  # stay up (sockets open) until every reader has reported
-        if arena is not None:  # every slot's flags once every reader has dropped its tensors and flushed
-            conn.send(("arena-final", [list(r) for r in api.arena_rows(mq)]))
+        if dep.arena:  # every slot's flags once every reader has dropped its tensors and flushed (None: no arena,
+            # as with remote readers; the controller waits for this answer either way)
+            conn.send(("arena-final", [list(r) for r in api.arena_rows(mq)] if arena is not None else None))
         arena = None
         del mq
         _close(holder)
