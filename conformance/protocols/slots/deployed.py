@@ -836,7 +836,7 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
                     idle += writer_done
                     if idle <= FREE_IDLE_POLLS and time.monotonic() - wait_t0 < dep.timeout:
                         continue
-                    events.append(("timeout", reads, wait_t0, time.monotonic()))
+                    events.append(("timeout", reads, wait_t0, time.monotonic(), idle > FREE_IDLE_POLLS))
                     break
                 if total is None and conn.poll():
                     total = conn.recv()
@@ -1069,6 +1069,8 @@ def run(target: Any, dep: Deployment) -> Outcome:
                 got = _recv(wconn, 10.0)
                 if got is None or got[0] == "arena-final":
                     out.arena_final = got[1] if got else None
+                    if got is None:  # the writer never answered: the wait cost its whole 10 s
+                        out.notes.append(("arena-final-missing", time.monotonic()))
                     break
     finally:
         for p in procs.values():
@@ -1366,7 +1368,8 @@ def judge(out: Outcome) -> list[Step]:
                 elif want is not None:  # on the socket when the writer died: at most once, as any sender's
                     out.notes.append(("lost-in-flight", label, lost))
                 step(e[3], label, "dequeue", {}, f"message {want}" if want is not None else "timeout",
-                     f"TimeoutError after {e[3] - e[2]:.2f} s", v)
+                     f"TimeoutError after {e[3] - e[2]:.2f} s"
+                     + (" (the writer was done: nothing more came)" if len(e) > 4 and e[4] else ""), v)
             else:
                 step(e[3], label, "dequeue", {}, f"message {want}", e[4],
                      [("NRR", f"{label}'s dequeue raised {e[4]} where message {want} was next (a torn read)")])

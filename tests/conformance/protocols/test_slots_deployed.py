@@ -254,6 +254,14 @@ def test_vllms_arena_loses_the_slot_of_a_message_that_fails_to_pickle_and_impls_
     assert _left_behind(out) == []
 
 
+def test_an_arena_queue_with_a_remote_reader_runs_without_its_arena_and_the_writer_says_so():
+    # vLLM and impl turn the arena off with remote readers: the writer answers the controller's last
+    # wait with no rows (before 2026-12-07 it did not answer, and every such run waited 10 s for it)
+    out = D.run(_target("impl-arena"), replace(ARENA, local=1, remote=1))
+    assert out.failures == {} and _violations(D.judge(out)) == []
+    assert out.arena_final is None and not [n for n in out.notes if n[0] == "arena-final-missing"]
+
+
 @pytest.mark.parametrize("fault, dep, prop", [
     ("arena_remote_stub", replace(ARENA, local=1, remote=1), "NRR"),
     ("arena_no_take_back", ARENA, "PROG"),
@@ -261,6 +269,16 @@ def test_vllms_arena_loses_the_slot_of_a_message_that_fails_to_pickle_and_impls_
 def test_the_arenas_deployed_paths_faults_are_found_by_the_deployed_construction(fault, dep, prop):
     out = D.run(_target(f"arena:impl-file:{SLOT_MUTANTS_DIR / (fault + '.py')}"), dep)
     assert prop in {p for _, _, p, _ in _violations(D.judge(out))}
+
+
+def test_a_message_that_never_comes_ends_the_free_loads_wait_once_the_writer_is_done():
+    # queue_remote_inband_only: the remote reader never gets some messages; its wait ends
+    # FREE_IDLE_POLLS slices after the writer is done (2 s), not at the 10 s timeout (before 2026-12-07)
+    out = D.run(_target(f"queue:impl-file:{SLOT_MUTANTS_DIR / 'queue_remote_inband_only.py'}"), D.Deployment())
+    steps = D.judge(out)
+    waits = [s for s in steps if s.action == "dequeue" and s.observed.startswith("TimeoutError")]
+    assert waits and all("the writer was done" in s.observed for s in waits), [s.observed for s in waits]
+    assert "PROG" in {p for s in waits for p, _ in s.violations}
 
 
 @pytest.mark.network
