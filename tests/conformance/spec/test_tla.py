@@ -306,6 +306,26 @@ def test_run_tlc_times_the_search_and_stops_at_its_timeout():
 
 @pytest.mark.slow
 @java
+@pytest.mark.skipif(shutil.which("javac") is None, reason="the one-line printer is compiled by javac")
+def test_a_dump_printed_on_one_line_holds_the_states_tlcs_printer_gives(tmp_path, monkeypatch):
+    """tlc.FLAT_PRINTER: a dump run's states, printed without TLC's
+    pretty-printer, parse to the states of TLC's own dump, in its order."""
+    from shmspec.conformance.spec.tlavalue import parse_dump
+
+    cfg = tlc.default_tla_dir() / "MC_vllm_reread.cfg"
+    flat = tlc.run_tlc(cfg, dump=tmp_path / "flat", invariants=[], properties=[])  # the whole state space
+    assert tlc._flat_printer() is not None
+    monkeypatch.setattr(tlc, "_flat_printer", lambda: None)
+    pretty = tlc.run_tlc(cfg, dump=tmp_path / "pretty", invariants=[], properties=[])
+    assert flat.status == pretty.status == "ok" and flat.distinct == pretty.distinct > 1000
+    flat_text, pretty_text = (tmp_path / "flat.dump").read_text(), (tmp_path / "pretty.dump").read_text()
+    assert flat_text != pretty_text  # laid out otherwise: pretty-printed values span lines
+    states = parse_dump(flat_text)
+    assert len(states) == flat.distinct and states == parse_dump(pretty_text)
+
+
+@pytest.mark.slow
+@java
 def test_tlc_workers_explore_the_same_state_space(capsys, tmp_path):
     """``shmspec model --workers 2``: the runs that must hold use two TLC
     workers and reach the same states as one (counts compared); the CLI
