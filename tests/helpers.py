@@ -27,6 +27,18 @@ def load_or_skip(spec: str) -> LoadedTarget:
         pytest.skip(f"registry unreachable: {exc}")
 
 
+def smoke_shrink(monkeypatch) -> None:
+    """The ci profile with the smoke tier's shrink budget, for a test of what
+    the gate finds, not of how far it shrinks (shrinking starts after a
+    finding; the finding, its property and its cause do not depend on it)."""
+    from dataclasses import replace
+
+    from shmspec.conformance.runner.gate import GATE_PROFILES
+
+    monkeypatch.setitem(GATE_PROFILES, "ci", replace(GATE_PROFILES["ci"],
+                                                     shrink_examples=GATE_PROFILES["smoke"].shrink_examples))
+
+
 def run_campaign(spec: str, campaign, writer_lock: bool = False):
     """One gate campaign on ``spec`` at the ci profile, seed 0, in the
     construction ``writer_lock`` names (readers forked, two of them)."""

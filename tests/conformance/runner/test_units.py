@@ -22,6 +22,7 @@ from shmspec.conformance.cli import main
 from shmspec.conformance.core.results import GateResult
 from shmspec.conformance.runner import units
 from shmspec.conformance.runner.gate import GATE_PROFILES, run_gate
+from helpers import smoke_shrink
 
 
 def _findings(result: GateResult) -> list[tuple]:
@@ -80,9 +81,10 @@ def test_shards_of_a_run_together_cover_its_seeds(second_protocol):
 
 
 @pytest.mark.slow  # a gate run: make test, not the edit loop (make test-fast)
-def test_a_seeded_fault_is_found_alike_on_one_and_two_workers():
+def test_a_seeded_fault_is_found_alike_on_one_and_two_workers(monkeypatch):
     """impl with one seeded fault (early_free: a chunk freed while a reader
     may still read it), vLLM's construction, lockstep campaigns only."""
+    smoke_shrink(monkeypatch)  # the forked workers inherit it: both runs shrink alike
     from shmspec.conformance import protocols
     from shmspec.conformance.mutants import faults
 
