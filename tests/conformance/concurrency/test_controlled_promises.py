@@ -15,7 +15,7 @@ import pytest
 from shmspec.conformance.runner.gate import CONTROLLED, GATE_PROFILES, run_gate
 from shmspec.conformance.targets.loader import load_target
 from shmspec.conformance.concurrency.schedule import CONTROLLED_CHECKS, replay_schedule
-from helpers import TESTS
+from helpers import TESTS, smoke_shrink
 
 LOST_ACKS = f"file:{TESTS / 'targets' / 'impl_lost_acks.py'}"
 
@@ -36,7 +36,8 @@ def test_impl_keeps_every_promise_in_controlled_schedules():
 
 
 @pytest.mark.slow
-def test_a_reader_whose_acks_are_lost_pins_the_ring_and_prog_names_the_chunks():
+def test_a_reader_whose_acks_are_lost_pins_the_ring_and_prog_names_the_chunks(monkeypatch):
+    smoke_shrink(monkeypatch)  # what PROG names and the replays; not how short the schedule got
     result = _controlled(LOST_ACKS)
     (v,) = [v for v in result.violations if v.property == "PROG"]
     assert v.concurrency == "controlled" and v.config["promises"] is True
