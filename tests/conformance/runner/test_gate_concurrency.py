@@ -17,6 +17,7 @@ from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
 from shmspec.conformance.reporting.report import write_report
 from shmspec.conformance.concurrency.schedule import replay_schedule
+from helpers import smoke_shrink
 
 VARIANTS_DIR = MUTANTS_DIR  # the seeded faults ship in the package
 
@@ -44,7 +45,8 @@ def test_impl_passes_controlled_campaign():
     pytest.param("deserialize_in_place.py", "NRR", "deserialized", marks=pytest.mark.slow),
 ])
 @pytest.mark.slow
-def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_path):
+def test_controlled_campaign_catches_read_path_race(variant, prop, needle, tmp_path, monkeypatch):
+    smoke_shrink(monkeypatch)  # the finding, its lanes, its page and its repro: not how short it got
     target = load_file(VARIANTS_DIR / variant)
     result = _controlled(target)
     found = [v for v in result.violations if v.property == prop]
@@ -118,7 +120,7 @@ def test_free_running_campaign_reports_history_in_lanes(tmp_path):
 
 
 @pytest.mark.slow
-def test_a_browser_renders_a_controlled_schedule_finding(tmp_path):
+def test_a_browser_renders_a_controlled_schedule_finding(tmp_path, monkeypatch):
     """report.html of a controlled-schedule violation, opened in a headless
     browser (chromium; .ci/run installs it where apt can): the DOM it
     builds has the violation list linking to the section, the marked and
@@ -127,6 +129,7 @@ def test_a_browser_renders_a_controlled_schedule_finding(tmp_path):
 
     if browser() is None:
         pytest.skip("no headless browser on PATH (apt install chromium)")
+    smoke_shrink(monkeypatch)
     target = load_file(VARIANTS_DIR / "count_before_validate.py")
     result = _controlled(target)
     assert result.violations and result.violations[0].concurrency == "controlled"
