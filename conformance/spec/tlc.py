@@ -222,7 +222,7 @@ public class PrettyPrint {
 ``-dump`` run (:func:`_flat_printer`).  TLC prints every dumped state through
 that pretty-printer, and in TLC 2.15 the printing is most of such a run:
 MC_vllm.cfg's 42,842 states, quiet on 2 cores (2026-12-07), 10.2 s wall and
-14.8 CPU-s with it, 4.9 s and 8.2 CPU-s with this class; the states parsed
+14.8 CPU-s with it, 4.1 s and 6.5 CPU-s with this class; the states parsed
 from both dumps are equal (tests/conformance/spec/test_tla.py).  The printer
 only lays values out; what TLC explores and counts does not change."""
 

@@ -849,6 +849,8 @@ def _reader(conn, target: Any, dep: Deployment, handle: dict[str, Any], rank: in
             except Exception as exc:  # noqa: BLE001 - a torn message: judged by the controller; read on
                 events.append(("error", reads, t0, time.monotonic(), f"{type(exc).__name__}: {exc}"))
                 reads += 1
+                if free:  # an outcome: the next wait starts afresh
+                    idle, wait_t0 = 0, None
                 continue
             reads += 1
             if free:
