@@ -190,10 +190,12 @@ def test_old_flat_paths_are_the_modules_at_their_layer():
 def test_the_tests_mirror_the_packages():
     """tests/model, tests/impl, tests/bench and tests/conformance/<layer>:
     each test folder under tests/conformance is a layer of the harness; at the
-    top only the cross-cutting tests (API, layer rule, the installed package, regressions, the docs' links and examples)."""
+    top only the cross-cutting tests (API, layer rule, the installed package, regressions, the docs' links and examples,
+    the suite's own pytest configuration)."""
     tests = ROOT / "tests"
     top = sorted(p.name for p in tests.glob("test_*.py"))
-    assert top == ["test_api.py", "test_docs_examples.py", "test_docs_links.py", "test_layers.py", "test_package.py", "test_regressions.py"]
+    assert top == ["test_api.py", "test_docs_examples.py", "test_docs_links.py", "test_layers.py", "test_package.py", "test_regressions.py",
+                   "test_suite_config.py"]
     folders = sorted(p.name for p in tests.iterdir() if p.is_dir() and list(p.rglob("test_*.py")))
     assert folders == ["bench", "conformance", "impl", "model"]
     layers = sorted(p.name for p in (tests / "conformance").iterdir() if p.is_dir() and list(p.glob("test_*.py")))
