@@ -202,6 +202,15 @@ def build_parser() -> argparse.ArgumentParser:
                     help="the package index's JSON API (default $SHMSPEC_INDEX_URL or https://pypi.org/pypi)")
     mx.add_argument("--list", action="store_true",
                     help="only resolve the releases and group them (fetching the store files); run no gate")
+    va = sub.add_parser("validate", help="check recorded runs of a store (trace JSON) against the TLA+ spec with TLC "
+                                         "(docs/trace-validation.md)")
+    va.add_argument("traces", nargs="+", type=Path, metavar="TRACE",
+                    help="a recorded run (ScheduledSession(record=True), or a store's own test: the format of "
+                         "docs/trace-validation.md)")
+    va.add_argument("--report-dir", type=Path, default=None,
+                    help="directory for validate.json and validate.html (default <reports>/<time>-validate)")
+    va.add_argument("--timeout", type=float, default=600.0, metavar="S",
+                    help="seconds TLC may take per trace (default 600); past it the exit code is 2")
     pp = sub.add_parser("properties", help="the properties checked: statement, severity, checkers and where each "
                                            "judges it")
     pp.add_argument("ids", nargs="*", metavar="ID", help="property ids (default: the table of all)")
@@ -267,6 +276,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.command == "merge":
         from .commands.merge import main as merge_command
         return merge_command(args, _stdout_console(), Console(stderr=True))
+    if args.command == "validate":
+        return validate(args)
     if args.command == "properties":
         from .commands.properties import main as properties_command
         return properties_command(args.ids, args.json, Console(), Console(stderr=True), args.protocol)
@@ -416,6 +427,21 @@ def _stdout_console() -> Console:
     if sys.stdout.isatty() or os.environ.get("COLUMNS"):
         return Console()
     return Console(width=160)
+
+
+def validate(args: argparse.Namespace) -> int:
+    """``shmspec validate``: exit 0 when TLC accepts every trace, 1 when one
+    departs from the spec, 2 when a file is not a trace or TLC cannot run."""
+    from .commands.validate import main as validate_command
+    from .reporting.report import default_report_dir
+
+    console, err = _stdout_console(), Console(stderr=True)
+    report_dir = args.report_dir or default_report_dir("validate")
+    problem = _prepare_report_dir(report_dir)
+    if problem:
+        err.print(f"shmspec: error: {problem}", markup=False, highlight=False, soft_wrap=True)
+        return EXIT_ERROR
+    return validate_command(args, console, err, report_dir)
 
 
 def model(args: argparse.Namespace) -> int:

@@ -347,17 +347,17 @@ reader_check(r) == (\E h \in issued : FirstCheck(r, h)) \/ PinnedCheck(r)
 \* impl: a get of handle h starts: the reader publishes its hazard pin on
 \* h's allocation and fences (without the fence, its check's loads of the
 \* control block are served now and the pin becomes visible at the check)
-pin(r) ==
-    /\ Hardened
-    /\ \E h \in issued :
-         /\ CanGet(r, h)
-         /\ starts' = [starts EXCEPT ![r][h.abs] = @ + 1]
-         /\ hd' = [hd EXCEPT ![r] = h] /\ floor' = [floor EXCEPT ![r] = clearAt]
-         /\ IF Fenced THEN pins' = [pins EXCEPT ![r] = h.abs + 1] /\ UNCHANGED verdict
-            ELSE verdict' = [verdict EXCEPT ![r] = Ctl(h)] /\ UNCHANGED pins
+PinOf(r, h) ==
+    /\ Hardened /\ CanGet(r, h)
+    /\ starts' = [starts EXCEPT ![r][h.abs] = @ + 1]
+    /\ hd' = [hd EXCEPT ![r] = h] /\ floor' = [floor EXCEPT ![r] = clearAt]
+    /\ IF Fenced THEN pins' = [pins EXCEPT ![r] = h.abs + 1] /\ UNCHANGED verdict
+       ELSE verdict' = [verdict EXCEPT ![r] = Ctl(h)] /\ UNCHANGED pins
     /\ got' = [got EXCEPT ![r] = NoObj]
     /\ pc' = [pc EXCEPT ![r] = "pinned"]
     /\ UNCHANGED <<writerVars, mem, wwait, hsz, acks>>
+
+pin(r) == \E h \in issued : PinOf(r, h)
 
 \* vLLM: deserialize the payload in place
 payload_read(r) ==

@@ -47,10 +47,14 @@ from hypothesis.stateful import RuleBasedStateMachine, initialize, precondition,
 from shmspec.model.properties import by_severity, nrr_message
 from shmspec.model.steps import LOCK_STEPS, READ_STEPS
 
+from shmspec.model.profile import impl_max_chunks
+
 from ..core import interrupt
+from ..core.constructions import Construction
 from ..targets.adapter import Snapshot, offers_zero_copy, target_state_checks
 from ..targets.loader import LoadedTarget
 from .procs import ProcessPool, StepOutcome
+from .record import Recorder
 from ..core.serde import Blob, Garbage, difference, object_nbytes
 from ..lockstep.session import PropertyViolation, SessionConfig
 
@@ -122,7 +126,8 @@ class ScheduledSession:
     :class:`~.procs.ScheduleError` when a process does not respond in time.
     """
 
-    def __init__(self, pool: ProcessPool, target: LoadedTarget, config: SessionConfig, promises: bool = False):
+    def __init__(self, pool: ProcessPool, target: LoadedTarget, config: SessionConfig, promises: bool = False,
+                 record: bool = False):
         self.pool = pool
         self.target = target
         self.config = config
@@ -148,6 +153,12 @@ class ScheduledSession:
         """The message of the latest operation that raised (its ``detail``)."""
         self.kept: dict[str, dict[str, str]] = {}
         """reader -> key -> ref of each value of ``get(copy=False)`` it keeps (``keep_get``)."""
+        self.recorder: Recorder | None = None
+        """With ``record``: the run as a trace of the spec's steps (:mod:`.record`; off by default)."""
+        if record:
+            construction = Construction(config.writer_lock, config.start_method, config.n_readers).name
+            self.recorder = Recorder(target.spec, construction, tuple(config.readers), config.data_buffer_size,
+                                     not target.profile.lenient_stale, impl_max_chunks(config.data_buffer_size))
         if not pool.clean():
             pool.respawn()
         pool.open_store(config.data_buffer_size, config.max_object_size, config.n_readers, config.writer_lock)
@@ -179,6 +190,7 @@ class ScheduledSession:
     def execute(self, step: dict[str, Any]) -> LaneStep:
         """Run one recorded step ``{"process", "kind", "action", "args"}``."""
         proc, kind, action, args = step["process"], step["kind"], step.get("action", ""), dict(step.get("args", {}))
+        at = self.pool.procs[proc].point if kind == "advance" and proc in self.pool.procs else None
         if kind == "start":
             real = self._real_args(proc, action, args)
             if action == "clear":
@@ -194,7 +206,7 @@ class ScheduledSession:
             raise ValueError(f"unknown step kind {kind!r}")
         if out.result is not None:
             del self.current[proc]
-        return self._after(proc, kind, action, args, out)
+        return self._after(proc, kind, action, args, out, at)
 
     def _real_args(self, proc: str, action: str, args: dict) -> dict:
         if action in ("get", "keep_get"):
@@ -214,9 +226,11 @@ class ScheduledSession:
                     "reader_count": args["reader_count"]}
         return args
 
-    def _after(self, proc: str, kind: str, action: str, args: dict, out: StepOutcome) -> LaneStep:
+    def _after(self, proc: str, kind: str, action: str, args: dict, out: StepOutcome, at: str | None = None) -> LaneStep:
         before = self.snap
         self.snap = out.snapshot if proc == "writer" and out.snapshot is not None else self.pool.snapshot()
+        if self.recorder is not None:
+            self._record(proc, kind, action, args, out, at)
         step = LaneStep(len(self.trace), proc, kind, action, args if kind == "start" else {}, out.point,
                         ring=_ring(self.snap))
         v: list[tuple[str, str]] = []
@@ -238,6 +252,17 @@ class ScheduledSession:
             prop, msg = raised[0]
             raise PropertyViolation(prop, msg, self.trace, action)
         return step
+
+    def _record(self, proc: str, kind: str, action: str, args: dict, out: StepOutcome, at: str | None) -> None:
+        got = None
+        if action in ("get", "keep_get"):
+            new = out.deserialized[self.seen_deserialized.get(proc, 0):]
+            if new:
+                got = "own" if new[-1] == {"blob": self.ref(args["ref"]).data.hex()} else "other"
+        B = self.config.data_buffer_size
+        ring = ([[c.address % B, c.size, c.id] for c in self.snap.chunks]
+                if proc == "writer" and self.snap is not None else None)
+        self.recorder.step(proc, kind, action, args, at, out.point, out.result, got, ring)
 
     def _excused(self, prop: str, action: str) -> bool:
         return self.config.excuses(prop, action)

@@ -33,10 +33,11 @@ TLC_EXIT = {0: "ok", 11: "deadlock", 12: "violation", 13: "liveness", 75: "evalu
             150: "parse error", 151: "config error", 255: "error"}
 
 
-ACTION_NAMES = {"FirstCheck": "reader_check", "PinnedCheck": "reader_check"}
+ACTION_NAMES = {"FirstCheck": "reader_check", "PinnedCheck": "reader_check", "PinOf": "pin"}
 """TLC names a step by the innermost named action it took: the two disjuncts
 of the spec's ``reader_check(r)`` (vLLM's first check of a handle, impl's
-check of the pinned allocation) go by that name.  TLC label -> the spec's
+check of the pinned allocation) go by that name, and ``pin(r)``'s body
+``PinOf(r, h)`` (a trace of a recorded run names its handle) by ``pin``.  TLC label -> the spec's
 action (one of the model's atomic steps); :func:`parse_output` applies it."""
 
 

@@ -1,0 +1,351 @@
+"""Trace validation: is a run a real store made a behaviour of ``ShmStore.tla``?
+
+A recorded run (:mod:`..concurrency.record`: one event per scheduled step)
+becomes ``TraceLog``, a sequence of the spec's steps with what was observed
+after each (:func:`spec_steps`), and TLC checks ``tla/ShmStoreTrace.tla``:
+the spec's behaviours constrained to that one, with what no process observes
+(pins, acks, the drain window, memory) left to TLC to find (the method of
+CCF's and etcd's trace validation).  TLC accepts the trace when it reaches a
+state that has taken every step; otherwise the step after the deepest one it
+reached is where the store *departs* from the spec, and the spec states
+reached just before it are reported with what was recorded there
+(:class:`Validation`).
+
+Step mapping (impl's read path: pin, check, deserialize, acknowledge; a
+process is paused before a yield point and a step runs it to the next one,
+so a step is the spec action named by the yield point it leaves):
+
+==============================  =============================================
+recorded step                   spec step (``TraceLog[i].act``)
+==============================  =============================================
+an operation starts             ``none`` (nothing the spec sees yet), or
+                                ``refused``: a put that raised OutOfSpace or
+                                DuplicateKey, where the spec's writer cannot put
+leaves ``pin_scan``             ``scan``: the spec's ``pin_scan(k, n)``, taken
+                                here or silently since the step that reached
+                                the yield point (impl publishes what the put
+                                kills before it and reads the pins after it)
+leaves ``pin_wait``             ``pin_wait`` when it reaches ``header_write``,
+                                ``wait_more`` when it waits again
+leaves ``header_write`` ...     the action of that name (``payload_write``,
+                                ``publish``, ``free_step``, ``clear``, ``pin``,
+                                ``reader_check``, ``deserialize``,
+                                ``counter_increment``)
+==============================  =============================================
+
+Units: one spec unit is one byte (``RingUnits`` is the data region's bytes,
+``Sizes`` the chunks' bytes, header included), ids are compared modulo
+``IdMod`` = 2**31 - 1 (TLC's largest integer; a run would need that many
+allocations to tell the difference).  vLLM's read path (no pins; the
+writer has no yield points) is not mapped yet: such a trace is refused with
+:class:`TraceFormatError`.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import tempfile
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ..core.errors import ShmspecError
+from ..concurrency.record import FORMAT, VERSION
+from .tlavalue import parse_dump
+from .tlc import TlcError, default_tla_dir, run_tlc
+
+ID_MOD = 2**31 - 1
+FIELDS = ("act", "r", "key", "size", "abs", "hid", "haddr", "wpc", "pc", "got", "hasRing", "ring",
+          "scanOpen", "scanKey", "scanSize")
+"""Every ``TraceLog`` record has these fields (tla/ShmStoreTrace.tla)."""
+SHOWN_VARS = ("wpc", "pc", "hd", "got", "chunks", "pubStart", "pubEnd", "pins", "wwait", "drainLo", "drainHi",
+              "drainHw", "puts")
+"""The spec variables a departure shows (the others are in ``report.json``'s ``states``)."""
+
+
+class TraceFormatError(ShmspecError, ValueError):
+    """The file is not a trace ``shmspec validate`` reads (one line says why)."""
+
+
+@dataclass
+class Departure:
+    """Where a recorded run leaves the spec: ``step`` (0-based index of the
+    TraceLog step TLC could not take), ``event`` (the recorded event it came
+    from), ``act`` (the spec action), ``states`` (the spec states reached
+    just before it: variable -> Python value) and ``recorded`` (the event)."""
+
+    step: int
+    event: int
+    act: str
+    recorded: dict[str, Any]
+    states: list[dict[str, Any]] = field(default_factory=list)
+
+    def describe(self) -> str:
+        e = self.recorded
+        move = f"started {e['op']}" if e["kind"] == "start" else f"left {e['at']} of {e['op']}"
+        where = f"reached {e['to']}" if e["to"] else f"ended ({_result_text(e.get('result'))})"
+        return (f"event {self.event}: {e['process']} {move} and {where}; the spec cannot take its step "
+                f"{self.act!r} from the {len(self.states)} state(s) it reached before it")
+
+
+@dataclass
+class Validation:
+    """One trace checked: ``verdict`` ``"pass"`` (TLC took every step) or
+    ``"fail"`` (``departure`` says where it could not); ``steps`` TraceLog
+    steps, ``events`` recorded events, ``unmodelled`` the operation the
+    recording stopped at (None: the whole run), TLC's ``distinct`` states
+    and ``seconds``."""
+
+    verdict: str
+    steps: int
+    events: int
+    distinct: int
+    seconds: float
+    departure: Departure | None = None
+    unmodelled: dict[str, Any] | None = None
+    actions: dict[str, int] = field(default_factory=dict)
+    """Spec action -> TraceLog steps that took it (what the run reached of the spec)."""
+
+    def to_json(self) -> dict[str, Any]:
+        d = self.departure
+        return {"verdict": self.verdict, "steps": self.steps, "events": self.events, "distinct": self.distinct,
+                "seconds": round(self.seconds, 3), "unmodelled": self.unmodelled, "actions": self.actions,
+                "departure": None if d is None else {
+                    "step": d.step, "event": d.event, "act": d.act, "recorded": d.recorded,
+                    "describe": d.describe(), "states": [_jsonable(s) for s in d.states]}}
+
+
+def load_trace(path: Path) -> dict[str, Any]:
+    """A trace document from ``path`` (the format of :mod:`..concurrency.record`).
+
+    Raises:
+        TraceFormatError: unreadable, not JSON, another format or version, or
+            a field missing.
+    """
+    try:
+        doc = json.loads(Path(path).read_text())
+    except OSError as exc:
+        raise TraceFormatError(f"cannot read {path}: {exc.strerror}") from None
+    except json.JSONDecodeError as exc:
+        raise TraceFormatError(f"{path} is not JSON ({exc.msg} at line {exc.lineno})") from None
+    check_trace(doc, str(path))
+    return doc
+
+
+def check_trace(doc: Any, where: str = "trace") -> None:
+    """Raise :class:`TraceFormatError` unless ``doc`` is a trace this version reads."""
+    if not isinstance(doc, dict) or doc.get("format") != FORMAT:
+        raise TraceFormatError(f"{where} is not a shmspec trace (its \"format\" is not {FORMAT!r})")
+    if doc.get("version") != VERSION:
+        raise TraceFormatError(f"{where} is trace version {doc.get('version')!r}; this shmspec reads {VERSION}")
+    if doc.get("spec") != "ShmStore":
+        raise TraceFormatError(f"{where} is a trace of spec {doc.get('spec')!r}; validate reads ShmStore traces")
+    c = doc.get("constants")
+    if not isinstance(c, dict) or not all(k in c for k in ("readers", "ring_bytes", "max_chunks", "hardened")):
+        raise TraceFormatError(f"{where}: \"constants\" needs readers, ring_bytes, max_chunks and hardened")
+    if not c["hardened"]:
+        raise TraceFormatError(f"{where} is a run of vLLM's read path (no pins): validate maps impl's so far")
+    if not isinstance(doc.get("events"), list):
+        raise TraceFormatError(f"{where}: \"events\" is not a list")
+    for i, e in enumerate(doc["events"]):
+        if not isinstance(e, dict) or not all(k in e for k in ("process", "op", "kind", "at", "to")):
+            raise TraceFormatError(f"{where}: event {i} needs process, op, kind, at and to")
+
+
+def _step(**kw: Any) -> dict[str, Any]:
+    s = {"act": "none", "r": "", "key": "", "size": 0, "abs": 0, "hid": 0, "haddr": 0, "wpc": "", "pc": "",
+         "got": "", "hasRing": False, "ring": [], "scanOpen": False, "scanKey": "", "scanSize": 0}
+    s.update(kw)
+    return s
+
+
+_PC_AT = {"pin": "idle", "reader_check": "pinned", "deserialize": "checked", "counter_increment": "read", None: "idle"}
+"""A reader paused before this yield point (None: its get ended) is at this spec pc."""
+_WRITER_WPC = {"pin_wait": "wait", "header_write": "ready", "payload_write": "header", "publish": "payload",
+               "free_step": "freeing", "pin_scan": "idle", None: "idle"}
+
+
+def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The ``TraceLog`` of a trace document and, per step, the index of the
+    event it came from (see the module docstring's table).
+
+    Raises:
+        TraceFormatError: an event the mapping does not know.
+    """
+    B = doc["constants"]["ring_bytes"]
+    steps: list[dict[str, Any]] = []
+    origin: list[int] = []
+    scan: tuple[str, int] | None = None  # the put paused at pin_scan: a silent pin_scan may come
+
+    def add(i: int, s: dict[str, Any]) -> None:
+        if scan is not None:
+            s.update(scanOpen=True, scanKey=scan[0], scanSize=scan[1])
+        steps.append(s)
+        origin.append(i)
+
+    for i, e in enumerate(doc["events"]):
+        op, kind, at, to = e["op"], e["kind"], e["at"], e["to"]
+        res = e.get("result") or {}
+        ring = {"hasRing": True, "ring": [list(c) for c in e["ring"]]} if "ring" in e else {}
+        if ring and op == "put" and to == "publish" and ring["ring"]:
+            ring["ring"].pop()  # impl's writer rings the chunk before it publishes it; the spec's at publish
+        if e["process"] == "writer":
+            args = e.get("args", {})
+            put = {"key": args.get("key", ""), "size": args.get("size", 0)} if op == "put" else {}
+            act = "none" if kind == "start" else {"pin_scan": "scan", "pin_wait": "pin_wait"}.get(at, at)
+            if act == "pin_wait" and to == "pin_wait":
+                act = "wait_more"
+            if act not in ("none", "scan", "pin_wait", "wait_more", "header_write", "payload_write", "publish",
+                           "free_step", "clear"):
+                raise TraceFormatError(f"event {i}: the writer left yield point {at!r}, which ShmStore.tla has no step for")
+            extra: dict[str, Any] = {}
+            if act == "publish" and "handle" in res:
+                address, id_ = res["handle"]
+                extra = {"abs": res["abs"], "hid": id_ % ID_MOD, "haddr": address % B}
+            elif act == "publish":  # a put that raised at its last step: the spec's publish always issues a handle
+                extra = {"abs": -1}
+            wpc = _WRITER_WPC.get(to, "")
+            if act == "none" and to is not None:
+                wpc = ""  # an operation's start reaches its first yield point: the spec's writer is idle still
+            add(i, _step(act=act, wpc=wpc, **put, **extra, **ring))
+            if to == "pin_scan":
+                scan = (put["key"], put["size"])
+            if act == "scan":
+                scan = None
+            if op == "put" and to is None and res.get("error") in ("OutOfSpace", "DuplicateKey"):
+                add(i, _step(act="refused", **put))
+            elif to is None and res.get("error") is not None:
+                raise TraceFormatError(f"event {i}: writer {op} raised {res['error']}, which ShmStore.tla has no step for")
+        else:
+            r = e["process"]
+            if kind == "start":
+                if to != "pin":
+                    raise TraceFormatError(f"event {i}: {r}'s {op} started and reached {to!r}, not pin "
+                                           "(validate maps impl's read path so far)")
+                add(i, _step(act="none", r=r))
+                continue
+            if at not in _PC_AT or at is None or to not in _PC_AT:
+                raise TraceFormatError(f"event {i}: {r} went from {at!r} to {to!r}: no yield point of impl's read path")
+            s = _step(act=at, r=r, pc=_PC_AT[to], got=e.get("got", ""))
+            if at == "pin":
+                s["abs"] = e["args"]["abs"]
+            add(i, s)
+    return steps, origin
+
+
+def _tla(v: Any) -> str:
+    if isinstance(v, bool):
+        return "TRUE" if v else "FALSE"
+    if isinstance(v, int):
+        return str(v)
+    if isinstance(v, str):
+        return json.dumps(v)
+    if isinstance(v, (list, tuple)):
+        return "<<" + ", ".join(_tla(x) for x in v) + ">>"
+    if isinstance(v, (set, frozenset)):
+        return "{" + ", ".join(_tla(x) for x in sorted(v)) + "}"
+    raise TypeError(f"no TLA+ form for {v!r}")
+
+
+def trace_module(doc: dict[str, Any], steps: list[dict[str, Any]]) -> tuple[str, str]:
+    """``(MCTrace.tla, MCTrace.cfg)`` texts: the constants of the recorded
+    store and ``TraceLog`` = ``steps``."""
+    c = doc["constants"]
+    events = doc["events"]
+    keys = {s["key"] for s in steps if s["key"]} | {s["scanKey"] for s in steps if s["scanKey"]} or {"k"}
+    sizes = {s["size"] for s in steps if s["size"]} or {2}
+    allocations = sum(1 for e in events if "handle" in (e.get("result") or {}))
+    gets: dict[tuple[str, int], int] = {}
+    for s in steps:
+        if s["act"] == "pin":
+            gets[(s["r"], s["abs"])] = gets.get((s["r"], s["abs"]), 0) + 1
+    defs = {
+        "MCReaders": _tla(set(c["readers"])), "MCRingUnits": str(c["ring_bytes"]), "MCSizes": _tla(sizes),
+        "MCKeys": _tla(keys), "MCIdMod": str(ID_MOD), "MCMaxPuts": str(allocations + 1),
+        "MCMaxReads": str(max(gets.values(), default=1)), "MCMaxChunks": str(c["max_chunks"]),
+    }
+    lines = ["---- MODULE MCTrace ----", "EXTENDS ShmStoreTrace", ""]
+    lines += [f"{k} == {v}" for k, v in defs.items()]
+    lines.append("MCTraceLog == <<")
+    lines.append(",\n".join("  [" + ", ".join(f"{f} |-> {_tla(s[f])}" for f in FIELDS) + "]" for s in steps))
+    lines += [">>", "===="]
+    cfg = ["CONSTANTS"]
+    cfg += [f"    {name} <- MC{name}" for name in ("Readers", "RingUnits", "Sizes", "Keys", "IdMod", "MaxPuts",
+                                                  "MaxReads", "MaxChunks", "TraceLog")]
+    cfg += ["    Hardened = TRUE", "    ReadOnce = FALSE", "    ClearResets = FALSE", "    Fenced = TRUE",
+            "    ScanPins = TRUE", "    WriterFenced = TRUE",
+            "INIT TraceInit", "NEXT TraceNext", "INVARIANT TraceAccepted", ""]
+    return "\n".join(lines) + "\n", "\n".join(cfg)
+
+
+def validate(doc: dict[str, Any], timeout: float = 600.0) -> Validation:
+    """Check one trace document with TLC (see the module docstring).
+
+    Raises:
+        TraceFormatError: the document is not a trace this version maps.
+        TlcError: TLC could not run, or ran past ``timeout`` seconds.
+    """
+    check_trace(doc)
+    steps, origin = spec_steps(doc)
+    actions: dict[str, int] = {}
+    for s in steps:
+        actions[s["act"]] = actions.get(s["act"], 0) + 1
+    module, cfg = trace_module(doc, steps)
+    src = default_tla_dir()
+    with tempfile.TemporaryDirectory(prefix="shmspec-validate-") as tmp:
+        d = Path(tmp)
+        for name in ("ShmStore.tla", "ShmStoreTrace.tla"):
+            shutil.copy(src / name, d / name)
+        (d / "MCTrace.tla").write_text(module)
+        (d / "MCTrace.cfg").write_text(cfg)
+        res = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=len(steps) < 2000)
+        common = {"steps": len(steps), "events": len(doc["events"]), "distinct": res.distinct,
+                  "unmodelled": doc.get("unmodelled"), "actions": actions}
+        if res.status == "violation" and res.invariant == "TraceAccepted":
+            return Validation("pass", seconds=res.seconds, **common)
+        if res.status != "ok":
+            _raise_tlc(res)
+        # no state took every step: the deepest ones show where the run departs
+        again = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=len(steps) < 2000,
+                        dump=d / "states")
+        states = parse_dump((d / "states.dump").read_text())
+        deepest = max(s["l"] for s in states)
+        last = [{k: v for k, v in s.items() if k != "l"} for s in states if s["l"] == deepest]
+        step = deepest - 1
+        dep = Departure(step, origin[step], steps[step]["act"], doc["events"][origin[step]], last)
+        return Validation("fail", seconds=res.seconds + again.seconds, departure=dep, **common)
+
+
+def _raise_tlc(res: Any) -> None:
+    tail = "\n".join(res.output.strip().splitlines()[-8:])
+    raise TlcError(f"TLC could not check the trace ({res.status}, exit {res.exit_code}):\n{tail}")
+
+
+def _result_text(res: dict | None) -> str:
+    if not res:
+        return "no result"
+    if "error" in res:
+        return res["error"]
+    if "handle" in res:
+        return f"handle ({res['handle'][0]}, {res['handle'][1]})"
+    return "ok"
+
+
+def _jsonable(v: Any) -> Any:
+    if isinstance(v, dict):
+        return {str(k): _jsonable(x) for k, x in v.items()}
+    if isinstance(v, (list, tuple)):
+        return [_jsonable(x) for x in v]
+    if isinstance(v, (set, frozenset)):
+        return sorted((_jsonable(x) for x in v), key=repr)
+    return v
+
+
+def shown(state: dict[str, Any]) -> dict[str, Any]:
+    """The variables of a spec state a departure shows (:data:`SHOWN_VARS`)."""
+    return {k: _jsonable(state[k]) for k in SHOWN_VARS if k in state}
+
+
+__all__ = ["Departure", "FIELDS", "ID_MOD", "TraceFormatError", "Validation", "check_trace", "load_trace",
+           "shown", "spec_steps", "trace_module", "validate"]

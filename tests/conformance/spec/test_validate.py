@@ -1,0 +1,292 @@
+"""Trace validation (issue 29): recorded runs of real stores checked against
+ShmStore.tla by TLC (``shmspec validate``).
+
+Construction: vLLM's (the writer without the readers' lock, 2 forked
+readers), each schedule run step by step as a controlled schedule
+(:class:`ScheduledSession` with ``record=True``).  impl's runs must validate;
+a seeded fault that changes the protocol must give a run TLC rejects, at the
+step where it departs; so must a recorded run with one observation altered.
+"""
+
+from __future__ import annotations
+
+import copy
+import json
+import shutil
+
+import pytest
+
+from shmspec.conformance.cli import main
+from shmspec.conformance.concurrency.procs import ProcessPool
+from shmspec.conformance.concurrency.record import FORMAT, VERSION
+from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, run_whole
+from shmspec.conformance.core.config import SessionConfig
+from shmspec.conformance.lockstep.session import PropertyViolation
+from shmspec.conformance.mutants import MUTANTS_DIR
+from shmspec.conformance.spec.validate import TraceFormatError, check_trace, spec_steps, validate
+from shmspec.conformance.targets.loader import load_target
+
+pytestmark = [pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"), pytest.mark.slow]
+
+
+class Script:
+    """Drives a recorded :class:`ScheduledSession` one step at a time."""
+
+    def __init__(self, session: ScheduledSession, config: SessionConfig):
+        self.s, self.config, self.n = session, config, 0
+
+    def put(self, key: str, fill: int = 50, whole: bool = True) -> None:
+        self.n += 1
+        self.s.execute({"process": "writer", "kind": "start", "action": "put",
+                        "args": {"key": key, "data": payload(self.config, self.n, fill).hex()}})
+        if whole:
+            run_whole(self.s, "writer")
+
+    def get(self, reader: str, ref: str, whole: bool = True) -> None:
+        self.s.execute({"process": reader, "kind": "start", "action": "get", "args": {"ref": ref}})
+        if whole:
+            run_whole(self.s, reader)
+
+    def advance(self, proc: str, times: int = 1) -> None:
+        for _ in range(times):
+            if proc in self.s.runnable():
+                self.s.execute({"process": proc, "kind": "advance"})
+
+    def writer(self, op: str) -> None:
+        self.s.execute({"process": "writer", "kind": "start", "action": op, "args": {}})
+        run_whole(self.s, "writer")
+
+    def whole(self, proc: str) -> None:
+        run_whole(self.s, proc)
+
+
+def record(spec: str, script) -> tuple[dict, str | None]:
+    """Run ``script(Script)`` on ``spec`` recorded; the trace and the property the harness found, if any."""
+    target = load_target(spec)
+    config = SessionConfig()
+    found = None
+    with ProcessPool(target, config.readers) as pool:
+        session = ScheduledSession(pool, target, config, promises=True, record=True)
+        try:
+            script(Script(session, config))
+            session.finish()
+        except PropertyViolation as exc:
+            found = exc.prop
+            session.finish_quietly()
+        return session.recorder.doc, found
+
+
+def rich(x: Script) -> None:
+    """Every step of impl's protocol: a put while a reader is pinned, a reclaim, a
+    clear with a drain read after it, a refused put, and the PROG drain at the end."""
+    x.put("k0")
+    x.put("k1")
+    x.get("r1", "h1")
+    x.get("r2", "h1", whole=False)
+    x.advance("r2")  # pinned
+    x.put("k2", 100, whole=False)
+    x.advance("writer", 3)
+    x.whole("r2")
+    x.whole("writer")
+    x.writer("free_unused")
+    x.get("r1", "h2")
+    x.get("r2", "h2")
+    x.get("r1", "h3")
+    x.writer("clear")
+    x.get("r2", "h3")  # pre-clear handle: a drain read
+    x.put("k4", 100)
+    x.put("k5", 100)
+    x.put("k5", 10)  # DuplicateKey
+
+
+@pytest.fixture(scope="module")
+def impl_trace():
+    doc, found = record("impl", rich)
+    assert found is None
+    return doc
+
+
+def test_a_recorded_impl_run_validates_and_reaches_every_step_of_the_protocol(impl_trace):
+    assert impl_trace["format"] == FORMAT and impl_trace["version"] == VERSION
+    assert impl_trace["construction"] == "writer unlocked, 2 forked readers"
+    v = validate(impl_trace)
+    assert v.verdict == "pass", v.departure and v.departure.describe()
+    assert v.departure is None and v.unmodelled is None
+    for act in ("scan", "header_write", "payload_write", "publish", "free_step", "clear", "refused",
+                "pin", "reader_check", "deserialize", "counter_increment"):
+        assert v.actions.get(act, 0) >= 1, act
+    # the drain read ends at deserialize: one get fewer acknowledged than deserialized
+    assert v.actions["deserialize"] == v.actions["counter_increment"] + 1
+
+
+def _fault(name: str) -> str:
+    return f"file:{MUTANTS_DIR / (name + '.py')}"
+
+
+def early_free(x: Script) -> None:
+    x.put("k0")
+    x.get("r1", "h1")
+    x.get("r1", "h1")
+    x.writer("free_unused")
+    x.get("r2", "h1")
+
+
+def duplicate(x: Script) -> None:
+    x.put("k0")
+    x.put("k0", 25)
+
+
+def out_of_order(x: Script) -> None:
+    x.put("k0")
+    x.put("k1")
+    x.get("r1", "h2")
+    x.get("r2", "h2")
+    x.writer("free_unused")
+    x.get("r1", "h1")
+    x.get("r2", "h1")
+
+
+def reuse_under_pin(x: Script) -> None:
+    x.put("k0")
+    x.get("r1", "h1")
+    x.get("r2", "h1")
+    x.get("r1", "h1", whole=False)
+    x.advance("r1")  # r1 pins h1 again, which both readers read: reclaimable
+    x.writer("free_unused")
+    x.put("k1", 100, whole=False)
+    x.whole("writer")  # impl waits at pin_wait for r1's pin
+    x.advance("r1", 5)
+    x.whole("writer")
+
+
+def stale_reread(x: Script) -> None:
+    x.put("k0")
+    x.get("r1", "h1")
+    x.get("r2", "h1")
+    x.writer("free_unused")
+    x.put("k1", 100)
+    x.get("r1", "h1")
+
+
+FAULTS = [
+    # fault, schedule, (event index, spec step) where TLC says the run departs
+    ("early_free", early_free, (16, "free_step")),  # freed with r2's read owed: Reclaimable(1) is false
+    ("aggregate_reads", early_free, (16, "free_step")),
+    ("dup_overwrite", duplicate, (6, "scan")),  # a put of a live key: the spec's pin_scan needs a new one
+    ("dup_check_late", duplicate, (6, "scan")),
+    ("free_out_of_order", out_of_order, (20, "none")),  # the second chunk freed, not the oldest
+    ("writer_unfenced", reuse_under_pin, (1, "header_write")),  # no pin scan at all
+    ("count_before_validate", stale_reread, (6, "pin")),  # its first get acknowledges before it checks
+]
+
+
+@pytest.mark.parametrize("fault,script,where", FAULTS, ids=[f[0] for f in FAULTS])
+def test_a_seeded_fault_gives_a_run_tlc_rejects_at_the_step_it_changes(fault, script, where):
+    ok, _ = record("impl", script)
+    assert validate(ok).verdict == "pass"
+    doc, _ = record(_fault(fault), script)
+    v = validate(doc)
+    assert v.verdict == "fail"
+    d = v.departure
+    assert (d.event, d.act) == where, d.describe()
+    assert d.recorded == doc["events"][d.event]
+    assert d.states and all("wpc" in s and "chunks" in s for s in d.states)
+    assert f"event {d.event}: " in d.describe()
+
+
+def test_a_run_with_one_observation_altered_departs_there(impl_trace):
+    doc = copy.deepcopy(impl_trace)
+    i = next(i for i, e in enumerate(doc["events"]) if e.get("got") == "own")
+    doc["events"][i]["got"] = "other"
+    v = validate(doc)
+    assert v.verdict == "fail" and v.departure.event == i and v.departure.act == "deserialize"
+    doc = copy.deepcopy(impl_trace)
+    j = next(i for i, e in enumerate(doc["events"]) if e["op"] == "free_unused" and e["kind"] == "advance")
+    doc["events"][j]["ring"] = doc["events"][j - 1]["ring"]  # as if nothing had been freed
+    assert validate(doc).departure.event == j
+
+
+def test_a_trace_a_store_test_writes_by_hand_validates():
+    """The documented format, written without the harness: one put, one get by each reader."""
+    ring = [[0, 64, 0]]
+    put = [("start", None, "pin_scan", []), ("advance", "pin_scan", "header_write", []),
+           ("advance", "header_write", "payload_write", []), ("advance", "payload_write", "publish", ring),
+           ("advance", "publish", None, ring)]
+    events = [{"process": "writer", "op": "put", "kind": k, "at": a, "to": t, "args": {"key": "k", "size": 64},
+               "ring": r} for k, a, t, r in put]
+    events[-1]["result"] = {"handle": [0, 0], "abs": 0}
+    for r in ("r1", "r2"):
+        for k, a, t in (("start", None, "pin"), ("advance", "pin", "reader_check"),
+                        ("advance", "reader_check", "deserialize"), ("advance", "deserialize", "counter_increment"),
+                        ("advance", "counter_increment", None)):
+            ev = {"process": r, "op": "get", "kind": k, "at": a, "to": t, "args": {"ref": "h1", "abs": 0}}
+            if a == "deserialize":
+                ev["got"] = "own"
+            events.append(ev)
+    events[-1]["result"] = {"value": "ok"}
+    doc = {"format": FORMAT, "version": VERSION, "spec": "ShmStore", "target": "my store",
+           "constants": {"readers": ["r1", "r2"], "ring_bytes": 256, "max_chunks": 1024, "hardened": True},
+           "events": events}
+    assert validate(doc).verdict == "pass"
+    # the chunk freed without its reads: departs at the free
+    doc["events"] = events[:5] + [{"process": "writer", "op": "free_unused", "kind": "start", "at": None,
+                                   "to": "free_step", "ring": ring},
+                                  {"process": "writer", "op": "free_unused", "kind": "advance", "at": "free_step",
+                                   "to": None, "ring": [], "result": {"value": "ok"}}]
+    v = validate(doc)
+    assert v.verdict == "fail" and (v.departure.event, v.departure.act) == (6, "free_step")
+
+
+@pytest.mark.parametrize("change,message", [
+    ({"format": "other"}, "is not a shmspec trace"),
+    ({"version": 9}, "trace version 9"),
+    ({"constants": {"readers": ["r1"]}}, "needs readers, ring_bytes"),
+    ({"constants": {"readers": ["r1"], "ring_bytes": 256, "max_chunks": 1, "hardened": False}}, "vLLM's read path"),
+    ({"events": [{"process": "writer"}]}, "event 0 needs"),
+])
+def test_a_file_that_is_not_a_trace_is_refused_with_one_line(impl_trace, tmp_path, capsys, change, message):
+    doc = {**impl_trace, **change}
+    with pytest.raises(TraceFormatError, match=message):
+        check_trace(doc)
+    path = tmp_path / "t.json"
+    path.write_text(json.dumps(doc))
+    assert main(["validate", str(path), "--report-dir", str(tmp_path / "r")]) == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and message in err[0]
+
+
+def test_an_event_off_impls_read_path_is_refused():
+    doc = {"format": FORMAT, "version": VERSION, "spec": "ShmStore",
+           "constants": {"readers": ["r1"], "ring_bytes": 256, "max_chunks": 4, "hardened": True},
+           "events": [{"process": "r1", "op": "get", "kind": "start", "at": None, "to": "payload_read",
+                       "args": {"ref": "h1", "abs": 0}}]}
+    with pytest.raises(TraceFormatError, match="event 0: r1's get started and reached 'payload_read'"):
+        spec_steps(doc)
+
+
+def test_the_command_validates_reports_and_exits_by_verdict(impl_trace, tmp_path, capsys):
+    good, bad = tmp_path / "good.json", tmp_path / "bad.json"
+    good.write_text(json.dumps(impl_trace))
+    altered = copy.deepcopy(impl_trace)
+    i = next(i for i, e in enumerate(altered["events"]) if e.get("got") == "own")
+    altered["events"][i]["got"] = "other"
+    bad.write_text(json.dumps(altered))
+    assert main(["validate", str(good), "--report-dir", str(tmp_path / "r1")]) == 0
+    out = capsys.readouterr().out.strip().splitlines()
+    assert out[-1].startswith("verdict: PASS") and str(tmp_path / "r1") in out[-1]
+    assert main(["validate", str(good), str(bad), "--report-dir", str(tmp_path / "r2")]) == 1
+    out = capsys.readouterr().out
+    assert f"event {i}: r" in out and "spec state 1 before it" in out
+    assert out.strip().splitlines()[-1].startswith("verdict: FAIL")
+    rep = json.loads((tmp_path / "r2" / "validate.json").read_text())
+    assert rep["verdict"] == "fail" and [t["verdict"] for t in rep["traces"]] == ["pass", "fail"]
+    assert rep["traces"][1]["departure"]["event"] == i
+    assert (tmp_path / "r2" / "validate.html").read_text().count("departs") >= 1
+
+
+def test_recording_is_off_by_default(impl_target):
+    config = SessionConfig()
+    with ProcessPool(impl_target, config.readers) as pool:
+        session = ScheduledSession(pool, impl_target, config)
+        assert session.recorder is None
+        session.finish()
