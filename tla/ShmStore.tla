@@ -253,10 +253,19 @@ Reclaimable(i) ==
     IF Hardened THEN \A r \in Readers : acks[r][chunks[i].abs] >= 1
     ELSE mem[Phys(chunks[i].addr)].cnt >= NReaders
 
+\* bytes one free_unused reclaims at most: the store's loop goes on to the
+\* next chunk only while fewer are freed (impl and vLLM: 2 * max_object_size,
+\* which a recorded run's check sets, tla/ShmStoreTrace.tla); RingUnits, as
+\* here, never stops a reclaim (the live chunks hold at most that much)
+FreeBound == RingUnits
+\* units the oldest n live chunks hold
+Freed(n) == SumOver([i \in 1..n |-> chunks[i].size], 1..n)
+
 \* FIFO free (model/ring.py free).  vLLM: one iteration of the free loop, the
 \* oldest chunk goes once its reads are complete.  impl: free_unused plans
 \* the chunks it reclaims, oldest first, one free_step each while the next
-\* is reclaimable when the loop gets there, and its last free_step applies
+\* is reclaimable when the loop gets there (and fewer than FreeBound units
+\* are planned), and its last free_step applies
 \* them all (the writer's ring, then abs_start published); planned counts
 \* those planned before
 free_step ==
@@ -264,7 +273,7 @@ free_step ==
     THEN /\ \/ wpc = "idle" /\ chunks # <<>> /\ Reclaimable(1)
             \/ wpc = "freeing"
          /\ LET n == planned + 1 IN
-            IF n < Len(chunks) /\ Reclaimable(n + 1)
+            IF n < Len(chunks) /\ Freed(n) < FreeBound /\ Reclaimable(n + 1)
             THEN /\ planned' = n /\ wpc' = "freeing"
                  /\ UNCHANGED <<start, end, idStart, chunks, pubStart>>
             ELSE /\ planned' = 0 /\ wpc' = "idle"

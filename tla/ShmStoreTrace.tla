@@ -1,14 +1,15 @@
 --------------------------- MODULE ShmStoreTrace ---------------------------
 (***************************************************************************)
 (* Trace validation of ShmStore (shmspec validate, docs/trace-validation.md). *)
-(* TraceLog is a run a real store made (a recorded controlled schedule):   *)
-(* one record per scheduled step, the spec action that step takes and     *)
-(* what the harness observed after it.  TraceSpec's behaviours are the    *)
-(* spec's behaviours constrained to the recorded one: each step must take *)
-(* its action and leave the observed variables as recorded; what no      *)
-(* process observes (pins, acks, the drain window, memory) TLC finds.     *)
-(* The trace is accepted when a state with l = Len(TraceLog) + 1 is       *)
-(* reachable: TraceAccepted's "violation" is the verdict pass.            *)
+(* Traces are runs a real store made (recorded controlled schedules), one *)
+(* after another: each a sequence of records, one per scheduled step: the *)
+(* spec action that step takes and what the harness observed after it.   *)
+(* TraceSpec's behaviours are the spec's behaviours constrained to the    *)
+(* recorded ones: each step must take its action and leave the observed   *)
+(* variables as recorded; what no process observes (pins, acks, the drain *)
+(* window, memory) TLC finds.  When run t is taken whole the store starts *)
+(* afresh (Init) for run t + 1.  Every run is accepted when a state past  *)
+(* the last step of the last run is reachable (Where prints it).          *)
 (*                                                                         *)
 (* A step's fields: act (the spec action, "none" for a step that takes no *)
 (* spec action: an operation's start, "wait_more" for a round of the      *)
@@ -25,23 +26,29 @@
 (* publishes what a put kills before its pin_scan yield point and reads   *)
 (* the pins after it, where the spec's pin_scan does both at once; the    *)
 (* spec's pin_scan is taken anywhere from the step that reached the yield *)
-(* point to the one that leaves it (scanOpen marks those steps).          *)
+(* point to the one that leaves it (scanOpen marks those steps); a pin   *)
+(* that silent pin_scan found and that went before the step leaving the   *)
+(* yield point is one the real scan never saw: that step may take         *)
+(* pin_wait too.                                                          *)
 (***************************************************************************)
-EXTENDS ShmStore
+EXTENDS ShmStore, TraceData  \* TraceData: Traces, a sequence of recorded runs,
+                              \* each a sequence of steps (shmspec validate writes
+                              \* the module; tla/TraceData.tla is an empty run)
+VARIABLES t,        \* the run being taken
+          l         \* its recorded step to take next
 
-CONSTANT TraceLog
-VARIABLE l          \* the recorded step to take next
+traceVars == <<vars, t, l>>
+TraceLog == Traces[t]
 
-traceVars == <<vars, l>>
-
-TraceInit == Init /\ l = 1
+TraceInit == Init /\ t = 1 /\ l = 1
 
 Take(e) ==
     CASE e.act = "none"              -> UNCHANGED vars
       [] e.act = "refused"           -> wpc = "idle" /\ ~CanPut(e.key, e.size) /\ UNCHANGED vars
       [] e.act = "scan"              -> \/ wpc = "idle" /\ pin_scan(e.key, e.size)
                                         \/ /\ wpc \in {"wait", "ready"} /\ pend # <<>> /\ pend[1].key = e.key
-                                           /\ UNCHANGED vars
+                                           /\ \/ UNCHANGED vars
+                                              \/ pin_wait  \* the pins it waited for went before the real scan read them
       [] e.act = "wait_more"         -> wpc = "wait" /\ UNCHANGED vars
       [] e.act = "pin_wait"          -> pin_wait
       [] e.act = "header_write"      -> header_write(e.key, e.size)
@@ -74,16 +81,47 @@ Observed(e) ==
 SilentScan ==
     /\ l <= Len(TraceLog) /\ TraceLog[l].scanOpen /\ wpc = "idle"
     /\ pin_scan(TraceLog[l].scanKey, TraceLog[l].scanSize)
-    /\ UNCHANGED l
+    /\ UNCHANGED <<t, l>>
+
+\* Init, primed (TLC cannot evaluate Init' itself); a test checks that a
+\* run validates alone exactly when it validates after another one
+Fresh ==
+    /\ start' = 0 /\ end' = 0 /\ idStart' = 0 /\ idEnd' = 0 /\ chunks' = <<>>
+    /\ mem' = [u \in Units |-> [id |-> 0, size |-> 0, cnt |-> 0, obj |-> NoObj]]
+    /\ wpc' = "idle" /\ pubStart' = 0 /\ pubEnd' = 0 /\ puts' = 0 /\ issued' = {} /\ clearAt' = 0
+    /\ pend' = <<>> /\ wwait' = {} /\ drainLo' = 0 /\ drainHi' = 0 /\ drainHw' = 0 /\ planned' = 0
+    /\ pc' = [r \in Readers |-> "idle"] /\ hd' = [r \in Readers |-> NoHandle]
+    /\ hsz' = [r \in Readers |-> 0] /\ got' = [r \in Readers |-> NoObj] /\ floor' = [r \in Readers |-> 0]
+    /\ starts' = [r \in Readers |-> [a \in Abs |-> 0]]
+    /\ pins' = [r \in Readers |-> 0] /\ verdict' = [r \in Readers |-> "none"]
+    /\ acks' = [r \in Readers |-> [a \in Abs |-> 0]]
+
+\* run t taken whole: the next one starts on a fresh store
+NextRun == l > Len(TraceLog) /\ t < Len(Traces) /\ Fresh /\ t' = t + 1 /\ l' = 1
 
 TraceNext ==
     \/ /\ l <= Len(TraceLog)
        /\ Take(TraceLog[l]) /\ Observed(TraceLog[l])
-       /\ l' = l + 1
+       /\ l' = l + 1 /\ UNCHANGED t
     \/ SilentScan
+    \/ NextRun
 
 TraceSpec == TraceInit /\ [][TraceNext]_traceVars
 
-\* "violated" once the whole trace is taken: the verdict pass
-TraceAccepted == l <= Len(TraceLog)
+\* What a check prints (TLC's PrintT in an invariant that always holds, so
+\* that TLC never prints a counterexample as long as the run): where each
+\* state is in the runs; every run was taken whole when a state past the
+\* last step of the last run is printed.
+Where == PrintT(<<"shmspec-at", t, l>>)
+
+\* the whole state (tla/ShmStore.tla's VARIABLES, in order)
+StateRec == [start |-> start, end |-> end, idStart |-> idStart, idEnd |-> idEnd, chunks |-> chunks, mem |-> mem,
+             wpc |-> wpc, pubStart |-> pubStart, pubEnd |-> pubEnd, puts |-> puts, issued |-> issued,
+             clearAt |-> clearAt, pend |-> pend, wwait |-> wwait, planned |-> planned, drainLo |-> drainLo,
+             drainHi |-> drainHi, drainHw |-> drainHw, pc |-> pc, hd |-> hd, hsz |-> hsz, got |-> got,
+             floor |-> floor, starts |-> starts, pins |-> pins, verdict |-> verdict, acks |-> acks]
+
+\* the states at step L of run T (shmspec validate's second check: the states
+\* a departure is reached from)
+ShowAt(T, L) == IF t = T /\ l = L THEN PrintT(<<"shmspec-state", StateRec>>) ELSE TRUE
 =============================================================================

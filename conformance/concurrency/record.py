@@ -17,7 +17,7 @@ The trace document (``format`` :data:`FORMAT`, version :data:`VERSION`)::
     {"format": "shmspec-trace", "version": 1, "spec": "ShmStore",
      "target": "impl", "construction": "writer unlocked, 2 forked readers",
      "constants": {"readers": ["r1", "r2"], "ring_bytes": 256, "max_chunks": 1024,
-                   "hardened": true},
+                   "hardened": true, "free_bytes": 192},
      "events": [{"process": "writer", "op": "put", "kind": "start", "at": null,
                  "to": "pin_scan", "args": {"key": "k0", "size": 40}}, ...],
      "unmodelled": null}
@@ -53,15 +53,17 @@ class Recorder:
 
     ``readers``: reader names; ``ring_bytes``: the data region (bytes);
     ``hardened``: the target's read path pins and acknowledges (impl), else
-    vLLM's; ``max_chunks``: impl's live-chunk bound ``K``."""
+    vLLM's; ``max_chunks``: impl's live-chunk bound ``K``; ``free_bytes``:
+    the most one ``free_unused`` reclaims (bytes; vLLM's and impl's ``2 *
+    max_object_size``; default ``ring_bytes``, no bound)."""
 
     def __init__(self, target: str, construction: str, readers: tuple[str, ...], ring_bytes: int,
-                 hardened: bool, max_chunks: int) -> None:
+                 hardened: bool, max_chunks: int, free_bytes: int | None = None) -> None:
         self.doc: dict[str, Any] = {
             "format": FORMAT, "version": VERSION, "spec": "ShmStore", "target": target,
             "construction": construction,
             "constants": {"readers": list(readers), "ring_bytes": ring_bytes, "max_chunks": max_chunks,
-                          "hardened": hardened},
+                          "hardened": hardened, "free_bytes": ring_bytes if free_bytes is None else free_bytes},
             "events": [], "unmodelled": None}
         self.allocations = 0
         self.abs_of: dict[str, int] = {}

@@ -158,7 +158,8 @@ class ScheduledSession:
         if record:
             construction = Construction(config.writer_lock, config.start_method, config.n_readers).name
             self.recorder = Recorder(target.spec, construction, tuple(config.readers), config.data_buffer_size,
-                                     not target.profile.lenient_stale, impl_max_chunks(config.data_buffer_size))
+                                     not target.profile.lenient_stale, impl_max_chunks(config.data_buffer_size),
+                                     2 * config.max_object_size)
         if not pool.clean():
             pool.respawn()
         pool.open_store(config.data_buffer_size, config.max_object_size, config.n_readers, config.writer_lock)

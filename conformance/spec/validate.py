@@ -44,6 +44,7 @@ writer has no yield points) is not mapped yet: such a trace is refused with
 from __future__ import annotations
 
 import json
+import re
 import shutil
 import tempfile
 from dataclasses import dataclass, field
@@ -52,7 +53,7 @@ from typing import Any
 
 from ..core.errors import ShmspecError
 from ..concurrency.record import FORMAT, VERSION
-from .tlavalue import parse_dump
+from .tlavalue import parse_value
 from .tlc import TlcError, default_tla_dir, run_tlc
 
 ID_MOD = 2**31 - 1
@@ -248,35 +249,51 @@ def _tla(v: Any) -> str:
     raise TypeError(f"no TLA+ form for {v!r}")
 
 
-def trace_module(doc: dict[str, Any], steps: list[dict[str, Any]]) -> tuple[str, str]:
-    """``(MCTrace.tla, MCTrace.cfg)`` texts: the constants of the recorded
-    store and ``TraceLog`` = ``steps``."""
-    c = doc["constants"]
-    events = doc["events"]
+def trace_module(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
+                 invariant: str = "Where") -> tuple[str, str, str]:
+    """``(MCTrace.tla, MCTrace.cfg, TraceData.tla)`` texts for ``runs``
+    (trace document, its steps), checked one after another: the constants of
+    the recorded store (every run's must agree: :func:`batch_key`),
+    ``Traces``, and ``invariant`` (an expression of ShmStoreTrace.tla: ``Where``
+    or ``ShowAt(T, L)``) as the invariant ``MCCheck``."""
+    c = runs[0][0]["constants"]
+    steps = [s for _, st in runs for s in st]
     keys = {s["key"] for s in steps if s["key"]} | {s["scanKey"] for s in steps if s["scanKey"]} or {"k"}
     sizes = {s["size"] for s in steps if s["size"]} or {2}
-    allocations = sum(1 for e in events if "handle" in (e.get("result") or {}))
-    gets: dict[tuple[str, int], int] = {}
-    for s in steps:
-        if s["act"] == "pin":
-            gets[(s["r"], s["abs"])] = gets.get((s["r"], s["abs"]), 0) + 1
+    allocations = max(sum(1 for e in doc["events"] if "handle" in (e.get("result") or {})) for doc, _ in runs)
+    gets: dict[tuple[int, str, int], int] = {}
+    for n, (_, st) in enumerate(runs):
+        for s in st:
+            if s["act"] == "pin":
+                gets[(n, s["r"], s["abs"])] = gets.get((n, s["r"], s["abs"]), 0) + 1
     defs = {
         "MCReaders": _tla(set(c["readers"])), "MCRingUnits": str(c["ring_bytes"]), "MCSizes": _tla(sizes),
         "MCKeys": _tla(keys), "MCIdMod": str(ID_MOD), "MCMaxPuts": str(allocations + 1),
         "MCMaxReads": str(max(gets.values(), default=1)), "MCMaxChunks": str(c["max_chunks"]),
+        "MCFreeBound": str(c.get("free_bytes", c["ring_bytes"])),
     }
     lines = ["---- MODULE MCTrace ----", "EXTENDS ShmStoreTrace", ""]
     lines += [f"{k} == {v}" for k, v in defs.items()]
-    lines.append("MCTraceLog == <<")
-    lines.append(",\n".join("  [" + ", ".join(f"{f} |-> {_tla(s[f])}" for f in FIELDS) + "]" for s in steps))
-    lines += [">>", "===="]
+    lines += [f"MCCheck == {invariant}", "===="]
+    data = ["---- MODULE TraceData ----", "EXTENDS Integers", "Traces == <<"]
+    data.append(",\n".join(
+        "<<\n" + ",\n".join("  [" + ", ".join(f"{f} |-> {_tla(s[f])}" for f in FIELDS) + "]" for s in st) + "\n>>"
+        for _, st in runs))
+    data += [">>", "===="]
     cfg = ["CONSTANTS"]
     cfg += [f"    {name} <- MC{name}" for name in ("Readers", "RingUnits", "Sizes", "Keys", "IdMod", "MaxPuts",
-                                                  "MaxReads", "MaxChunks", "TraceLog")]
+                                                  "MaxReads", "MaxChunks", "FreeBound")]
     cfg += ["    Hardened = TRUE", "    ReadOnce = FALSE", "    ClearResets = FALSE", "    Fenced = TRUE",
             "    ScanPins = TRUE", "    WriterFenced = TRUE",
-            "INIT TraceInit", "NEXT TraceNext", "INVARIANT TraceAccepted", ""]
-    return "\n".join(lines) + "\n", "\n".join(cfg)
+            "INIT TraceInit", "NEXT TraceNext", "INVARIANT MCCheck", ""]
+    return "\n".join(lines) + "\n", "\n".join(cfg), "\n".join(data) + "\n"
+
+
+def batch_key(doc: dict[str, Any]) -> tuple:
+    """Runs with one key share a TLC run: the spec constants they fix agree."""
+    c = doc["constants"]
+    return (tuple(sorted(c["readers"])), c["ring_bytes"], c["max_chunks"], bool(c["hardened"]),
+            c.get("free_bytes", c["ring_bytes"]))
 
 
 def validate(doc: dict[str, Any], timeout: float = 600.0) -> Validation:
@@ -286,35 +303,119 @@ def validate(doc: dict[str, Any], timeout: float = 600.0) -> Validation:
         TraceFormatError: the document is not a trace this version maps.
         TlcError: TLC could not run, or ran past ``timeout`` seconds.
     """
-    check_trace(doc)
-    steps, origin = spec_steps(doc)
+    return validate_many([doc], timeout)[0]
+
+
+def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Validation]:
+    """Check many trace documents, one TLC run per :func:`batch_key` (the runs
+    one after another, each on a fresh store).  When TLC cannot take run
+    ``T`` whole, the runs before it validate, a second check prints the spec
+    states ``T``'s departing step is reached from, and the runs after it are
+    checked again from ``T + 1`` (``seconds``: each run's share of its
+    batch's TLC time).
+
+    Raises:
+        TraceFormatError: a document is not a trace this version maps (nothing is run).
+        TlcError: TLC could not run, or ran past ``timeout`` seconds.
+    """
+    mapped = []
+    for i, doc in enumerate(docs):
+        check_trace(doc, f"trace {i}")
+        mapped.append((doc, *spec_steps(doc)))
+    out: list[Validation | None] = [None] * len(docs)
+    groups: dict[tuple, list[int]] = {}
+    for i, (doc, _, _) in enumerate(mapped):
+        groups.setdefault(batch_key(doc), []).append(i)
+    for idx in groups.values():
+        while idx:
+            runs = [mapped[i] for i in idx]
+            res, (t, l) = _check(runs, timeout)
+            share = res.seconds / len(idx)
+            done = len(idx) if (t, l) == (len(runs), len(runs[-1][1]) + 1) else t - 1
+            for i in idx[:done]:
+                out[i] = _passed(mapped[i], res.distinct / len(idx), share)
+            if done == len(idx):
+                break
+            out[idx[done]] = _departed(mapped[idx[done]], l - 1, res, timeout)
+            idx = idx[done + 1:]
+    return out  # type: ignore[return-value]
+
+
+def _actions(steps: list[dict[str, Any]]) -> dict[str, int]:
     actions: dict[str, int] = {}
     for s in steps:
         actions[s["act"]] = actions.get(s["act"], 0) + 1
-    module, cfg = trace_module(doc, steps)
-    src = default_tla_dir()
+    return actions
+
+
+def _passed(run: tuple, distinct: float, seconds: float) -> Validation:
+    doc, steps, _ = run
+    return Validation("pass", len(steps), len(doc["events"]), round(distinct), seconds,
+                      unmodelled=doc.get("unmodelled"), actions=_actions(steps))
+
+
+def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float, invariant: str):
+    module, cfg, data = trace_module(runs, invariant)
+    n = sum(len(st) for _, st in runs)
     with tempfile.TemporaryDirectory(prefix="shmspec-validate-") as tmp:
         d = Path(tmp)
         for name in ("ShmStore.tla", "ShmStoreTrace.tla"):
-            shutil.copy(src / name, d / name)
+            shutil.copy(default_tla_dir() / name, d / name)
         (d / "MCTrace.tla").write_text(module)
         (d / "MCTrace.cfg").write_text(cfg)
-        res = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=len(steps) < 2000)
-        common = {"steps": len(steps), "events": len(doc["events"]), "distinct": res.distinct,
-                  "unmodelled": doc.get("unmodelled"), "actions": actions}
-        if res.status == "violation" and res.invariant == "TraceAccepted":
-            return Validation("pass", seconds=res.seconds, **common)
-        if res.status != "ok":
-            _raise_tlc(res)
-        # no state took every step: the deepest ones show where the run departs
-        again = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=len(steps) < 2000,
-                        dump=d / "states")
-        states = parse_dump((d / "states.dump").read_text())
-        deepest = max(s["l"] for s in states)
-        last = [{k: v for k, v in s.items() if k != "l"} for s in states if s["l"] == deepest]
-        step = deepest - 1
-        dep = Departure(step, origin[step], steps[step]["act"], doc["events"][origin[step]], last)
-        return Validation("fail", seconds=res.seconds + again.seconds, departure=dep, **common)
+        (d / "TraceData.tla").write_text(data)
+        # the client compiler starts sooner; a long trace's search is faster with the server compiler
+        res = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=n < 2000)
+    if res.status != "ok":
+        _raise_tlc(res)
+    return res
+
+
+_AT = re.compile(r'<<\s*"shmspec-at",\s*(\d+),\s*(\d+)\s*>>')
+_STATE = re.compile(r'<<\s*"shmspec-state",')
+
+
+def _check(runs: list[tuple], timeout: float) -> tuple[Any, tuple[int, int]]:
+    """TLC on ``runs``; its result and the furthest ``(run, step)`` (1-based) a state reached."""
+    res = _tlc([(d, st) for d, st, _ in runs], timeout, "Where")
+    return res, max((int(a), int(b)) for a, b in _AT.findall(res.output))
+
+
+def _departed(run: tuple, step: int, first: Any, timeout: float) -> Validation:
+    doc, steps, origin = run
+    res = _tlc([(doc, steps)], timeout, f"ShowAt(1, {step + 1})")
+    states = [dict(v[1]) for v in _printed(res.output, _STATE)]
+    dep = Departure(step, origin[step], steps[step]["act"], doc["events"][origin[step]], states)
+    return Validation("fail", len(steps), len(doc["events"]), res.distinct, res.seconds, departure=dep,
+                      unmodelled=doc.get("unmodelled"), actions=_actions(steps))
+
+
+def _printed(out: str, head: re.Pattern) -> list[Any]:
+    """Every value TLC's PrintT printed that starts with ``head`` (one line or,
+    through TLC's own pretty-printer, several)."""
+    values = []
+    m = head.search(out)
+    while m:
+        i = m.start()
+        depth, j = 0, i
+        while True:
+            if out.startswith("<<", j) or out[j] in "[{(":
+                depth += 1
+                j += 2 if out.startswith("<<", j) else 1
+                continue
+            if out.startswith(">>", j) or out[j] in "]})":
+                depth -= 1
+                j += 2 if out.startswith(">>", j) else 1
+                if depth == 0:
+                    break
+                continue
+            if out[j] == '"':
+                j = out.index('"', j + 1) + 1
+                continue
+            j += 1
+        values.append(parse_value(out[i:j]))
+        m = head.search(out, j)
+    return values
 
 
 def _raise_tlc(res: Any) -> None:
@@ -347,5 +448,5 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
     return {k: _jsonable(state[k]) for k in SHOWN_VARS if k in state}
 
 
-__all__ = ["Departure", "FIELDS", "ID_MOD", "TraceFormatError", "Validation", "check_trace", "load_trace",
-           "shown", "spec_steps", "trace_module", "validate"]
+__all__ = ["Departure", "FIELDS", "ID_MOD", "TraceFormatError", "Validation", "batch_key", "check_trace",
+           "load_trace", "shown", "spec_steps", "trace_module", "validate", "validate_many"]
