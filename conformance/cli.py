@@ -109,6 +109,10 @@ def build_parser() -> argparse.ArgumentParser:
                    help="how the concurrent campaigns start reader processes (default fork); with --writer-lock "
                         "and --readers this is the primary construction, and the constructions campaign runs "
                         "the others")
+    c.add_argument("--validate-traces", action="store_true",
+                   help="record every session of the controlled campaign and check each recorded run against "
+                        "tla/ShmStore.tla with TLC (a run the spec cannot take is a CONFORMANCE finding; the spec "
+                        "actions the runs reached are printed); docs/trace-validation.md")
     c.add_argument("--readers", type=int, default=2, choices=range(1, MAX_READERS + 1), metavar="N",
                    help="number of readers of the store (default 2)")
     c.add_argument("--report-dir", type=Path, default=None,
@@ -368,7 +372,7 @@ def _check(args: argparse.Namespace) -> int:
     run = dict(profile=args.profile, seed=args.seed, concurrency=args.concurrency, writer_lock=args.writer_lock,
                start_method=args.start_method, readers=args.readers, seeds=args.seeds, workers=args.workers,
                shard=args.shard, example_db=args.example_db, contract=args.contract, executor=args.executor,
-               address=args.address)
+               address=args.address, validate_traces=args.validate_traces)
     if err.is_terminal:  # a bar that redraws itself
         with Progress(SpinnerColumn(), TextColumn("{task.description}"), BarColumn(),
                       TextColumn("{task.completed}/{task.total}"), TimeElapsedColumn(), console=err,

@@ -34,7 +34,7 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
           on_progress: Callable[[str, int, int], None] | None = None, seeds: int | None = None,
           workers: int = 1, shard: "str | tuple[int, int] | None" = None,
           example_db: str | None = None, contract: "str | Path | Any | None" = None,
-          executor: Any = "local", address: str | None = None) -> GateResult:
+          executor: Any = "local", address: str | None = None, validate_traces: bool = False) -> GateResult:
     """Run the conformance gate on ``target``, as ``shmspec check`` does.
 
     Args:
@@ -68,6 +68,12 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             tasks, at ``address``; None starts one on this machine for the
             run) or a :class:`~shmspec.conformance.runner.executors.RayExecutor`;
             the same seeds give the same findings on either (docs/gate.md#ray).
+        validate_traces: the controlled campaign records each session and
+            TLC checks every recorded run against tla/ShmStore.tla
+            (docs/trace-validation.md): a run the spec cannot take is a
+            CONFORMANCE finding; the campaign's ``rates["spec_validation"]``
+            says which spec actions the runs reached.  Ring-buffer targets,
+            controlled concurrency, java on the machine that runs the unit.
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
@@ -78,7 +84,8 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             ``shard`` or ``example_db``, a shard without ``seed`` on a
             random-seed profile, an invalid contract, an unknown executor,
             ``address`` without ray, ``workers`` other than 1 with ray, ray
-            not installed or its cluster not reachable.
+            not installed or its cluster not reachable, ``validate_traces``
+            on another protocol or concurrency.
         TargetError: the target cannot be loaded (both are :class:`ShmspecError`).
     """
     from shmspec.conformance import protocols
@@ -114,7 +121,14 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     if protocol.name == "arena" and start_method != "fork":
         raise UsageError("the arena's campaigns build the writer and readers in one process (and fork one reader "
                          "for the fault scenario): --start-method does not apply")
+    if validate_traces and (protocol.name != "ringbuffer" or concurrency not in (None, "controlled")):
+        raise UsageError("--validate-traces records the ring-buffer store's controlled campaign: it needs a "
+                         "ring-buffer target and --concurrency controlled")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
+    if validate_traces:
+        from dataclasses import replace as _replace
+
+        config = _replace(config, record=True)
     loaded, config, judged_by = _with_contract(loaded, config, contract)
     result = run_gate(loaded, profile, seed, on_progress=on_progress, concurrency=concurrency, config=config,
                       seeds=seeds, workers=workers, shard=shard, example_db=example_db, executor=runner)

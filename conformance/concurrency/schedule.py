@@ -506,6 +506,10 @@ class _Scheduled(RuleBasedStateMachine):
     config: SessionConfig
     pool: ProcessPool
 
+    traces: list | None = None
+    """With ``config.record``: ``(trace document, its lane steps as JSON)`` of
+    every session, appended when it ends."""
+
     def __init__(self) -> None:
         super().__init__()
         self.session: ScheduledSession | None = None
@@ -514,7 +518,8 @@ class _Scheduled(RuleBasedStateMachine):
 
     @initialize()
     def open_store(self) -> None:
-        self.session = ScheduledSession(self.pool, self.target, self.config, promises=True)
+        self.session = ScheduledSession(self.pool, self.target, self.config, promises=True,
+                                        record=self.config.record)
 
     def _run(self, step: dict) -> None:
         interrupt.check()  # a swallowed SIGTERM stops the run here (conformance/core/interrupt.py)
@@ -522,7 +527,11 @@ class _Scheduled(RuleBasedStateMachine):
 
     def teardown(self) -> None:
         if self.session is not None:
-            self.session.finish()
+            try:
+                self.session.finish()
+            finally:
+                if self.session.recorder is not None and self.traces is not None:
+                    self.traces.append((self.session.recorder.doc, [st.to_json() for st in self.session.trace]))
 
     def _start(self, proc: str, action: str, args: dict, interleave: bool) -> None:
         """Start an operation; unless ``interleave``, run it to completion at once
@@ -641,17 +650,23 @@ class _ZeroCopyScheduled(_Scheduled):
         s.release_kept(reader)
 
 
-def scheduled_machine(target: LoadedTarget, config: SessionConfig, pool: ProcessPool) -> type[RuleBasedStateMachine]:
+def scheduled_machine(target: LoadedTarget, config: SessionConfig, pool: ProcessPool,
+                      traces: list | None = None) -> type[RuleBasedStateMachine]:
     """A machine class bound to ``target``, ``config`` and a running ``pool``
-    (with the zero-copy rules on a target that :func:`offers_zero_copy`)."""
+    (with the zero-copy rules on a target that :func:`offers_zero_copy`);
+    with ``config.record``, each session's ``(trace document, lane steps)``
+    is appended to ``traces``."""
     base = _ZeroCopyScheduled if offers_zero_copy(target) else _Scheduled
-    return type("Scheduled", (base,), {"target": target, "config": config, "pool": pool})
+    return type("Scheduled", (base,), {"target": target, "config": config, "pool": pool, "traces": traces})
 
 
-def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[str, Any]) -> str | None:
+def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[str, Any],
+                    judge_trace: Callable[[dict[str, Any]], str | None] | None = None) -> str | None:
     """Replay recorded scheduled steps (exactly, on the target that produced
     them; as closely as possible on another, skipping steps that do not apply).  Returns ``"PROP: message"`` for
-    the first violation not excused in ``config``, or None.
+    the first violation not excused in ``config``, or None; with ``config``'s
+    ``record``, then ``judge_trace(trace document)`` (trace validation: its
+    finding, or None).
 
     Raises:
         TargetError: the target cannot be loaded.
@@ -664,7 +679,8 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
     target = load_target(target_spec)
     with ProcessPool(target, cfg.readers, start_method=cfg.start_method) as pool:
         # a controlled campaign's finding keeps the client's account (PROM, PROG) on replay
-        session = ScheduledSession(pool, target, cfg, promises=bool(config.get("promises", False)))
+        session = ScheduledSession(pool, target, cfg, promises=bool(config.get("promises", False)),
+                                   record=cfg.record)
         try:
             for s in steps:
                 # A schedule is replayed as closely as the target allows: a step
@@ -681,8 +697,14 @@ def replay_schedule(target_spec: str, steps: list[dict[str, Any]], config: dict[
             session.finish()
         except PropertyViolation as exc:
             return f"{exc.prop}: {exc.message}"
+    if session.recorder is not None and judge_trace is not None:  # recorded (--validate-traces)
+        return judge_trace(session.recorder.doc)
     return None
 
 
-__all__ = ["CHECKS", "CONTROLLED_CHECKS", "LaneStep", "Ref", "ScheduledSession", "churn", "payload", "replay_schedule", "reused", "run_whole",
+DEPARTS = "the recorded run departs from tla/ShmStore.tla: "
+"""How a CONFORMANCE finding of trace validation begins (the gate's and a replay's)."""
+
+
+__all__ = ["CHECKS", "CONTROLLED_CHECKS", "DEPARTS", "LaneStep", "Ref", "ScheduledSession", "churn", "payload", "replay_schedule", "reused", "run_whole",
            "scheduled_machine"]

@@ -28,6 +28,10 @@ class SessionConfig:
     """The construction: False builds the writer as vLLM does, without the
     readers' lock; True gives it the readers' lock too (vLLM 0.33.0 then
     counts the writer's own gets)."""
+    record: bool = False
+    """The controlled campaign records each of its sessions as a trace of the
+    spec's steps and checks every trace against tla/ShmStore.tla with TLC at
+    its end (``shmspec check --validate-traces``; docs/trace-validation.md)."""
     start_method: str = "fork"
     """How the concurrent campaigns start their writer and reader processes:
     ``"fork"`` (copies of the controller) or ``"spawn"`` (fresh interpreters
@@ -53,6 +57,7 @@ def config_to_json(c: SessionConfig) -> dict[str, Any]:
         "writer_lock": c.writer_lock,
         "start_method": c.start_method,
         **({"relies_on": list(c.relies_on)} if c.relies_on is not None else {}),
+        **({"record": True} if c.record else {}),
     }
 
 
@@ -67,6 +72,7 @@ def config_from_json(d: dict[str, Any]) -> SessionConfig:
         writer_lock=bool(d.get("writer_lock", False)),  # reports before 2026-12-01: vLLM's construction
         start_method=str(d.get("start_method", "fork")),
         relies_on=tuple(d["relies_on"]) if d.get("relies_on") is not None else None,
+        record=bool(d.get("record", False)),
     )
 
 

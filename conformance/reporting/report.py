@@ -25,6 +25,7 @@ from shmspec.model.properties import DESCRIPTIONS
 from ..core import paths
 from ..core.documents import header
 from ..core.results import GateResult, Violation
+from ..spec.validate import SPEC_ACTIONS
 
 SCHEMA = "shmspec.report/1"
 VERDICT_STYLE = {"pass": "bold green", "fail": "bold red", "not-checked": "yellow", "error": "bold magenta",
@@ -312,6 +313,16 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
         if c.mode == "controlled" and c.steps and not c.skipped:
             console.print(f"campaign {c.name}: {c.examples} examples, {c.steps} scheduled steps "
                           f"({c.steps / max(c.seconds, 1e-9):.0f} steps/s, shrinking included)")
+        if c.rates.get("spec_validation"):
+            sv = c.rates["spec_validation"]
+            stopped = "".join(f", {n} up to a {op} (not in the spec)" for op, n in sv["stopped_at"].items())
+            reached = ", ".join(f"{a} {sv['actions'][a]}" for a in SPEC_ACTIONS if a in sv["actions"])
+            missing = [a for a in SPEC_ACTIONS if a not in sv["actions"]]
+            colour = "red" if sv["departures"] else "green"
+            console.print(f"campaign {c.name}: [{colour}]{sv['validated']} of {sv['traces']} recorded runs are "
+                          f"behaviours of tla/ShmStore.tla[/] (TLC, {sv['seconds']:.1f} s; {sv['whole']} whole"
+                          f"{stopped}); spec steps taken: {reached}; never taken: {', '.join(missing) or 'none'}",
+                          soft_wrap=True)
         if c.mode == "preemption" and not c.error:
             console.print(f"campaign {c.name}: {c.examples} schedules, each preempting one operation at one yield "
                           f"point (bound 1), {c.steps} scheduled steps")

@@ -60,6 +60,11 @@ ID_MOD = 2**31 - 1
 FIELDS = ("act", "r", "key", "size", "abs", "hid", "haddr", "wpc", "pc", "got", "hasRing", "ring",
           "scanOpen", "scanKey", "scanSize")
 """Every ``TraceLog`` record has these fields (tla/ShmStoreTrace.tla)."""
+SPEC_ACTIONS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear", "pin",
+                "reader_check", "deserialize", "counter_increment")
+"""The actions of ShmStore.tla's impl protocol (``Hardened``) a recorded run
+can take, in the spec's order: :attr:`Validation.actions` counts them (and
+``none``, ``wait_more`` and ``refused``, the steps that take no spec action)."""
 SHOWN_VARS = ("wpc", "pc", "hd", "got", "chunks", "pubStart", "pubEnd", "pins", "wwait", "drainLo", "drainHi",
               "drainHw", "puts")
 """The spec variables a departure shows (the others are in ``report.json``'s ``states``)."""
@@ -106,7 +111,8 @@ class Validation:
     departure: Departure | None = None
     unmodelled: dict[str, Any] | None = None
     actions: dict[str, int] = field(default_factory=dict)
-    """Spec action -> TraceLog steps that took it (what the run reached of the spec)."""
+    """Spec action (:data:`SPEC_ACTIONS`) -> TraceLog steps that took it
+    (what the run reached of the spec)."""
 
     def to_json(self) -> dict[str, Any]:
         d = self.departure
@@ -329,14 +335,14 @@ def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Va
     for idx in groups.values():
         while idx:
             runs = [mapped[i] for i in idx]
-            res, (t, l) = _check(runs, timeout)
+            res, (run, step) = _check(runs, timeout)
             share = res.seconds / len(idx)
-            done = len(idx) if (t, l) == (len(runs), len(runs[-1][1]) + 1) else t - 1
+            done = len(idx) if (run, step) == (len(runs), len(runs[-1][1]) + 1) else run - 1
             for i in idx[:done]:
                 out[i] = _passed(mapped[i], res.distinct / len(idx), share)
             if done == len(idx):
                 break
-            out[idx[done]] = _departed(mapped[idx[done]], l - 1, res, timeout)
+            out[idx[done]] = _departed(mapped[idx[done]], step - 1, res, timeout)
             idx = idx[done + 1:]
     return out  # type: ignore[return-value]
 
@@ -344,7 +350,8 @@ def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Va
 def _actions(steps: list[dict[str, Any]]) -> dict[str, int]:
     actions: dict[str, int] = {}
     for s in steps:
-        actions[s["act"]] = actions.get(s["act"], 0) + 1
+        a = "pin_scan" if s["act"] == "scan" else s["act"]  # TraceLog's scan is the spec's pin_scan
+        actions[a] = actions.get(a, 0) + 1
     return actions
 
 
@@ -448,5 +455,5 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
     return {k: _jsonable(state[k]) for k in SHOWN_VARS if k in state}
 
 
-__all__ = ["Departure", "FIELDS", "ID_MOD", "TraceFormatError", "Validation", "batch_key", "check_trace",
+__all__ = ["Departure", "FIELDS", "ID_MOD", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key", "check_trace",
            "load_trace", "shown", "spec_steps", "trace_module", "validate", "validate_many"]

@@ -84,12 +84,15 @@ def run_campaign(ctx: CampaignContext, campaign: Campaign, res: CampaignResult) 
         if campaign.mode == "preemption":
             return _run_preemption(target, base, res)
         try:
+            traces: list | None = [] if campaign.mode == "controlled" and base.record else None
             with ProcessPool(target, base.readers, start_method=base.start_method) as pool:
-                ctx.run_rounds(res, lambda config: scheduled_machine(target, config, pool),
+                ctx.run_rounds(res, lambda config: scheduled_machine(target, config, pool, traces),
                                gp.scheduled_examples, gp.scheduled_steps, base=base, fresh_findings=True)
                 if pool.started["keep_get"]:  # a store whose get takes copy=False (schedule.py)
                     res.rates["zero_copy_reads"] = pool.started["keep_get"]
-                return res
+            if traces is not None:
+                _validate_traces(traces, res, base, campaign.name)
+            return res
         except ScheduleError as exc:
             res.error = f"ScheduleError: {exc}"
             return res
@@ -98,6 +101,57 @@ def run_campaign(ctx: CampaignContext, campaign: Campaign, res: CampaignResult) 
         return res
     return ctx.run_rounds(res, lambda config: machine_for(target, campaign, config), gp.max_examples,
                           gp.step_count)
+
+
+VALIDATE_TIMEOUT = 120.0
+"""Seconds TLC may take on one batch of recorded runs (past it the campaign
+errs: a run of a faulty store can give TLC a state space that does not end
+soon, 2026-12-07: dup_overwrite)."""
+
+
+def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], res: CampaignResult,
+                     base: SessionConfig, campaign: str) -> None:
+    """The controlled campaign's recorded sessions checked against
+    tla/ShmStore.tla (:func:`~shmspec.conformance.spec.validate.validate_many`,
+    docs/trace-validation.md): ``res.rates["spec_validation"]``, and a
+    CONFORMANCE finding for the first run TLC rejects, its lanes marked at
+    the step where it departs (a replay records and validates it again)."""
+    from types import SimpleNamespace
+
+    from ...concurrency.schedule import DEPARTS
+    from ...spec.tlc import TlcError
+    from ...spec.validate import TraceFormatError, validate_many
+
+    t0 = time.monotonic()
+    try:
+        results = validate_many([doc for doc, _ in traces], timeout=VALIDATE_TIMEOUT)
+    except (TlcError, TraceFormatError) as exc:
+        res.error = f"trace validation could not run: {str(exc).splitlines()[0]}"
+        return
+    actions: dict[str, int] = {}
+    for v in results:
+        for a, n in v.actions.items():
+            actions[a] = actions.get(a, 0) + n
+    departed = [(i, v) for i, v in enumerate(results) if v.departure is not None]
+    unmodelled = [v.unmodelled["op"] for v in results if v.unmodelled]
+    res.rates["spec_validation"] = {
+        "traces": len(results), "validated": len(results) - len(departed),
+        "whole": sum(1 for v in results if v.departure is None and not v.unmodelled),
+        "stopped_at": {op: unmodelled.count(op) for op in sorted(set(unmodelled))},
+        "events": sum(v.events for v in results), "spec_steps": sum(v.steps for v in results),
+        "actions": dict(sorted(actions.items())), "seconds": round(time.monotonic() - t0, 2),
+        "departures": [{"trace": i, "event": v.departure.event, "act": v.departure.act,
+                        "describe": v.departure.describe()} for i, v in departed[:5]]}
+    if departed:
+        i, v = departed[0]
+        msg = DEPARTS + v.departure.describe()
+        steps = traces[i][1]
+        if v.departure.event < len(steps):
+            steps[v.departure.event]["violations"].append({"property": "CONFORMANCE", "message": msg})
+        exc = SimpleNamespace(prop="CONFORMANCE", cause=f"spec/{v.departure.act}", action=v.departure.recorded["op"],
+                              message=msg)
+        res.violations.append(Violation("CONFORMANCE", msg, campaign, 0, steps,
+                                        {**config_to_json(base), "promises": True}, exc, concurrency="controlled"))
 
 
 def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:

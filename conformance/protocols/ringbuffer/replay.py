@@ -99,8 +99,15 @@ def replay_case(target: str, case: dict[str, Any]) -> str | None:
         calls = Violation(case.get("property", "?"), "", "", 0, case.get("steps", []), case["config"],
                           concurrency=mode).calls()
     if mode == "controlled":
-        from ...concurrency.schedule import replay_schedule
-        return replay_schedule(target, calls, case["config"])
+        from ...concurrency.schedule import DEPARTS, replay_schedule
+
+        def judge(doc: dict) -> str | None:
+            from ...spec.validate import validate  # TLC only for a recorded run (--validate-traces)
+
+            v = validate(doc)
+            return None if v.departure is None else f"CONFORMANCE: {DEPARTS}{v.departure.describe()}"
+
+        return replay_schedule(target, calls, case["config"], judge)
     if mode == "free":
         return replay_free(target, case["config"], case["property"])
     if mode == "faults":

@@ -112,7 +112,7 @@ def test_a_recorded_impl_run_validates_and_reaches_every_step_of_the_protocol(im
     v = validate(impl_trace)
     assert v.verdict == "pass", v.departure and v.departure.describe()
     assert v.departure is None and v.unmodelled is None
-    for act in ("scan", "header_write", "payload_write", "publish", "free_step", "clear", "refused",
+    for act in ("pin_scan", "header_write", "payload_write", "publish", "free_step", "clear", "refused",
                 "pin", "reader_check", "deserialize", "counter_increment"):
         assert v.actions.get(act, 0) >= 1, act
     # the drain read ends at deserialize: one get fewer acknowledged than deserialized
