@@ -48,6 +48,17 @@ MODELLED = frozenset({"put", "get", "free_unused", "clear"})
 """The operations ShmStore.tla has actions for."""
 
 
+def result_text(res: dict[str, Any] | None) -> str:
+    """One line for an event's ``result`` (the forms the module docstring gives)."""
+    if not res:
+        return "no result"
+    if "error" in res:
+        return res["error"]
+    if "handle" in res:
+        return f"handle ({res['handle'][0]}, {res['handle'][1]})"
+    return "ok"
+
+
 class Recorder:
     """Events of one scheduled session (see the module docstring).
 
@@ -111,4 +122,4 @@ class Recorder:
         self.events.append(ev)
 
 
-__all__ = ["FORMAT", "HEADER_BYTES", "MODELLED", "Recorder", "VERSION"]
+__all__ = ["FORMAT", "HEADER_BYTES", "MODELLED", "Recorder", "VERSION", "result_text"]

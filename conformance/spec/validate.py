@@ -52,7 +52,7 @@ from pathlib import Path
 from typing import Any
 
 from ..core.errors import ShmspecError
-from ..concurrency.record import FORMAT, VERSION
+from ..concurrency.record import FORMAT, VERSION, result_text
 from .tlavalue import parse_value
 from .tlc import TlcError, default_tla_dir, run_tlc
 
@@ -90,7 +90,7 @@ class Departure:
     def describe(self) -> str:
         e = self.recorded
         move = f"started {e['op']}" if e["kind"] == "start" else f"left {e['at']} of {e['op']}"
-        where = f"reached {e['to']}" if e["to"] else f"ended ({_result_text(e.get('result'))})"
+        where = f"reached {e['to']}" if e["to"] else f"ended ({result_text(e.get('result'))})"
         return (f"event {self.event}: {e['process']} {move} and {where}; the spec cannot take its step "
                 f"{self.act!r} from the {len(self.states)} state(s) it reached before it")
 
@@ -342,7 +342,7 @@ def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Va
                 out[i] = _passed(mapped[i], res.distinct / len(idx), share)
             if done == len(idx):
                 break
-            out[idx[done]] = _departed(mapped[idx[done]], step - 1, res, timeout)
+            out[idx[done]] = _departed(mapped[idx[done]], step - 1, timeout)
             idx = idx[done + 1:]
     return out  # type: ignore[return-value]
 
@@ -388,7 +388,7 @@ def _check(runs: list[tuple], timeout: float) -> tuple[Any, tuple[int, int]]:
     return res, max((int(a), int(b)) for a, b in _AT.findall(res.output))
 
 
-def _departed(run: tuple, step: int, first: Any, timeout: float) -> Validation:
+def _departed(run: tuple, step: int, timeout: float) -> Validation:
     doc, steps, origin = run
     res = _tlc([(doc, steps)], timeout, f"ShowAt(1, {step + 1})")
     states = [dict(v[1]) for v in _printed(res.output, _STATE)]
@@ -428,16 +428,6 @@ def _printed(out: str, head: re.Pattern) -> list[Any]:
 def _raise_tlc(res: Any) -> None:
     tail = "\n".join(res.output.strip().splitlines()[-8:])
     raise TlcError(f"TLC could not check the trace ({res.status}, exit {res.exit_code}):\n{tail}")
-
-
-def _result_text(res: dict | None) -> str:
-    if not res:
-        return "no result"
-    if "error" in res:
-        return res["error"]
-    if "handle" in res:
-        return f"handle ({res['handle'][0]}, {res['handle'][1]})"
-    return "ok"
 
 
 def _jsonable(v: Any) -> Any:

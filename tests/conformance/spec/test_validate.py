@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import copy
 import json
+import re
 import shutil
 
 import pytest
@@ -23,7 +24,8 @@ from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, 
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.lockstep.session import PropertyViolation
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.spec.validate import TraceFormatError, check_trace, spec_steps, validate
+from shmspec.conformance.spec.tlc import default_tla_dir
+from shmspec.conformance.spec.validate import TraceFormatError, check_trace, spec_steps, validate, validate_many
 from shmspec.conformance.targets.loader import load_target
 
 pytestmark = [pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"), pytest.mark.slow]
@@ -204,6 +206,41 @@ def test_a_run_with_one_observation_altered_departs_there(impl_trace):
     j = next(i for i, e in enumerate(doc["events"]) if e["op"] == "free_unused" and e["kind"] == "advance")
     doc["events"][j]["ring"] = doc["events"][j - 1]["ring"]  # as if nothing had been freed
     assert validate(doc).departure.event == j
+
+
+def test_a_run_validates_after_another_exactly_as_alone(impl_trace):
+    """NextRun's Fresh store is Init's: a batch gives each run the verdict, and
+    a departing run the step, it has alone (runs before and after it)."""
+    bad = copy.deepcopy(impl_trace)
+    i = next(i for i, e in enumerate(bad["events"]) if e.get("got") == "own")
+    bad["events"][i]["got"] = "other"
+    alone = validate(bad).departure.event
+    assert alone == i
+    first, second = validate_many([impl_trace, bad])
+    assert first.verdict == "pass" and second.verdict == "fail" and second.departure.event == alone
+    first, second, third = validate_many([bad, impl_trace, impl_trace])
+    assert first.departure.event == alone and second.verdict == third.verdict == "pass"
+
+
+def _names(text: str) -> list[str]:
+    return re.findall(r"[A-Za-z]\w*", re.sub(r"\\\*[^\n]*", "", text))
+
+
+def test_the_trace_specs_hand_copies_of_the_variables_are_complete():
+    """Fresh (Init, primed) and StateRec name ShmStore.tla's VARIABLES one by one:
+    a variable added to the spec and not to them fails here."""
+    store = (default_tla_dir() / "ShmStore.tla").read_text()
+    trace = (default_tla_dir() / "ShmStoreTrace.tla").read_text()
+    block = re.search(r"^VARIABLES\n(.*?)\n\n", store, re.S | re.M).group(1)
+    variables = _names(block)
+    assert len(variables) > 20 and "acks" in variables
+    fresh = re.search(r"^Fresh ==\n(.*?)\n\n", trace, re.S | re.M).group(1)
+    assert sorted(re.findall(r"(\w+)' =", fresh)) == sorted(variables)
+    rec = re.search(r"^StateRec == \[(.*?)\]\n", trace, re.S | re.M).group(1)
+    assert re.findall(r"(\w+) \|->", rec) == variables  # in order
+    init = re.search(r"^Init ==\n(.*?)\n\n", store, re.S | re.M).group(1)
+    assert sorted(re.findall(r"/\\ (\w+) =", init)) == sorted(variables)
+    assert re.sub(r"(\w+) = ", r"\1' = ", init) == fresh  # the same values
 
 
 def test_a_trace_a_store_test_writes_by_hand_validates():
