@@ -215,6 +215,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help="directory for validate.json and validate.html (default <reports>/<time>-validate)")
     va.add_argument("--timeout", type=float, default=600.0, metavar="S",
                     help="seconds TLC may take per trace (default 600); past it the exit code is 2")
+    va.add_argument("--itf", action="store_true",
+                    help="also write each trace as ITF JSON (the trace format Apalache and Quint read): "
+                         "itf/<trace>.itf.json in the report folder")
     pp = sub.add_parser("properties", help="the properties checked: statement, severity, checkers and where each "
                                            "judges it")
     pp.add_argument("ids", nargs="*", metavar="ID", help="property ids (default: the table of all)")

@@ -5,7 +5,9 @@ Each trace (the JSON of :mod:`..concurrency.record`, written by
 :func:`..spec.validate.validate`.  The console gets one line per trace and,
 for a trace TLC rejects, the recorded step where the run departs from the
 spec with the spec state(s) reached just before it; ``validate.json`` and
-``validate.html`` go to the report folder.  Exit codes: 0 every trace
+``validate.html`` go to the report folder (with ``--itf``, each trace as
+ITF JSON too: ``itf/<trace stem>.itf.json``, :func:`..spec.validate.trace_to_itf`,
+its path in the trace's ``itf`` entry of ``validate.json``).  Exit codes: 0 every trace
 validates, 1 one does not, 2 a file is not a trace or TLC cannot run.
 """
 
@@ -19,10 +21,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from ..core.documents import header
 from ..core.errors import ExitCode
 from ..reporting.report import record_html, verdict_line
 from ..spec.tlc import TlcError
-from ..spec.validate import TraceFormatError, Validation, load_trace, shown, validate
+from ..spec.validate import TraceFormatError, Validation, load_trace, shown, trace_to_itf, validate
+
+SCHEMA = "shmspec.validate/1"
+"""``validate.json``'s schema (docs/report-schemas.md)."""
 
 
 def run(paths: list[Path], timeout: float = 600.0) -> list[tuple[Path, dict[str, Any], Validation]]:
@@ -57,10 +63,29 @@ def render(console: Console, results: list[tuple[Path, dict[str, Any], Validatio
             console.print(f"  spec state {i + 1} before it: {json.dumps(shown(s))}", markup=False, soft_wrap=True)
 
 
-def to_json(results: list[tuple[Path, dict[str, Any], Validation]]) -> dict[str, Any]:
-    return {"verdict": "pass" if all(v.verdict == "pass" for *_, v in results) else "fail",
-            "traces": [{"path": str(p), "target": doc.get("target"), "construction": doc.get("construction"),
-                        **v.to_json()} for p, doc, v in results]}
+def to_json(results: list[tuple[Path, dict[str, Any], Validation]], itf: list[str] | None = None) -> dict[str, Any]:
+    traces = [{"path": str(p), "target": doc.get("target"), "construction": doc.get("construction"), **v.to_json()}
+              for p, doc, v in results]
+    for t, name in zip(traces, itf or ()):
+        t["itf"] = name
+    return {**header(SCHEMA, "shmspec validate"),
+            "verdict": "pass" if all(v.verdict == "pass" for *_, v in results) else "fail", "traces": traces}
+
+
+def write_itf(results: list[tuple[Path, dict[str, Any], Validation]], report_dir: Path) -> list[str]:
+    """Each trace as ITF in ``report_dir/itf``; the paths written, relative to ``report_dir``."""
+    (report_dir / "itf").mkdir(parents=True, exist_ok=True)
+    names: list[str] = []
+    for path, doc, _ in results:
+        stem = path.name.removesuffix(".json")
+        name = f"itf/{stem}.itf.json"
+        n = 1
+        while name in names:
+            n += 1
+            name = f"itf/{stem}-{n}.itf.json"
+        names.append(name)
+        (report_dir / name).write_text(json.dumps(trace_to_itf(doc, source=str(path)), indent=1) + "\n")
+    return names
 
 
 def main(args: argparse.Namespace, console: Console, err: Console, report_dir: Path) -> int:
@@ -71,7 +96,7 @@ def main(args: argparse.Namespace, console: Console, err: Console, report_dir: P
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
     report_dir.mkdir(parents=True, exist_ok=True)
-    doc = to_json(results)
+    doc = to_json(results, write_itf(results, report_dir) if getattr(args, "itf", False) else None)
     (report_dir / "validate.json").write_text(json.dumps(doc, indent=2) + "\n")
     (report_dir / "validate.html").write_text(record_html(lambda rec: render(rec, results)))
     render(console, results)
@@ -82,4 +107,4 @@ def main(args: argparse.Namespace, console: Console, err: Console, report_dir: P
     return ExitCode.PASS if not bad else ExitCode.FAIL
 
 
-__all__ = ["main", "render", "run", "to_json"]
+__all__ = ["SCHEMA", "main", "render", "run", "to_json", "write_itf"]

@@ -241,6 +241,57 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
     return steps, origin
 
 
+ITF_VARS = (*FIELDS, "event")
+"""The variables of a recorded run's ITF states (:func:`trace_to_itf`)."""
+
+
+def _tuples(v: Any) -> Any:
+    return tuple(_tuples(x) for x in v) if isinstance(v, list) else v
+
+
+def _lists(v: Any) -> Any:
+    return [_lists(x) for x in v] if isinstance(v, tuple) else v
+
+
+def trace_to_itf(doc: dict[str, Any], source: str = "") -> dict[str, Any]:
+    """A recorded run as an ITF trace (Apalache ADR-015, :mod:`.itf`): one
+    state per ``TraceLog`` step (:func:`spec_steps`), its variables
+    :data:`ITF_VARS`: the step's fields, the values tla/ShmStoreTrace.tla
+    constrains the spec's behaviour to (``ring`` a sequence of
+    ``<<address, size, id>>``), and ``event``, the recorded event it came
+    from; each state's ``#meta.action`` is its ``act``.  The trace's
+    ``#meta`` keeps the document's ``target``, ``construction``,
+    ``constants`` and ``unmodelled``.
+
+    Raises:
+        TraceFormatError: the document is not a trace this version maps.
+    """
+    from .itf import trace_to_itf as states_to_itf  # noqa: PLC0415 - only when writing ITF
+
+    check_trace(doc)
+    steps, origin = spec_steps(doc)
+    states = [{**{f: _tuples(s[f]) for f in FIELDS}, "event": origin[i]} for i, s in enumerate(steps)]
+    out = states_to_itf(states, [s["act"] for s in steps], source=source,
+                        description=f"a recorded run of {doc.get('target', '?')} as ShmStoreTrace.tla's TraceLog")
+    out["#meta"].update({k: doc.get(k) for k in ("target", "construction", "constants", "unmodelled")})
+    return out
+
+
+def steps_from_itf(itf: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
+    """The ``TraceLog`` steps and event indices of an ITF trace :func:`trace_to_itf` wrote.
+
+    Raises:
+        ItfError: not an ITF trace, or its states lack the variables :data:`ITF_VARS`.
+    """
+    from .itf import ItfError, trace_from_itf  # noqa: PLC0415
+
+    missing = [v for v in ITF_VARS if v not in (itf.get("vars") or [])] if isinstance(itf, dict) else list(ITF_VARS)
+    if missing:
+        raise ItfError(f"not a recorded run's ITF trace: it lacks the variables {missing}")
+    states = trace_from_itf(itf)
+    return [{f: _lists(st[f]) for f in FIELDS} for st in states], [st["event"] for st in states]
+
+
 def _tla(v: Any) -> str:
     if isinstance(v, bool):
         return "TRUE" if v else "FALSE"
@@ -448,5 +499,6 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
     return {k: _jsonable(state[k]) for k in SHOWN_VARS if k in state}
 
 
-__all__ = ["Departure", "FIELDS", "ID_MOD", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key", "check_trace",
-           "load_trace", "shown", "spec_steps", "trace_module", "validate", "validate_many"]
+__all__ = ["Departure", "FIELDS", "ID_MOD", "ITF_VARS", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key",
+           "check_trace", "load_trace", "shown", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
+           "validate", "validate_many"]

@@ -15,6 +15,7 @@ import json
 import re
 import shutil
 
+import jsonschema
 import pytest
 
 from shmspec.conformance.cli import main
@@ -24,8 +25,18 @@ from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, 
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.lockstep.session import PropertyViolation
 from shmspec.conformance.mutants import MUTANTS_DIR
+from shmspec.conformance.spec.itf import ITF_SCHEMA, ItfError
 from shmspec.conformance.spec.tlc import default_tla_dir
-from shmspec.conformance.spec.validate import TraceFormatError, check_trace, spec_steps, validate, validate_many
+from shmspec.conformance.spec.validate import (
+    ITF_VARS,
+    TraceFormatError,
+    check_trace,
+    spec_steps,
+    steps_from_itf,
+    trace_to_itf,
+    validate,
+    validate_many,
+)
 from shmspec.conformance.targets.loader import load_target
 
 pytestmark = [pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java"), pytest.mark.slow]
@@ -345,3 +356,27 @@ def test_recording_is_off_by_default(impl_target):
         session = ScheduledSession(pool, impl_target, config)
         assert session.recorder is None
         session.finish()
+
+
+def test_a_recorded_run_exports_as_itf_that_passes_the_schema_and_reads_back(impl_trace, tmp_path):
+    """Issue 29 item 4: ``shmspec validate --itf`` writes each trace as ITF; the
+    file passes the format's JSON Schema, and our reader gives back the steps
+    TLC checked (every field, its TLA+ kind, and the event each came from)."""
+    path = tmp_path / "run.json"
+    path.write_text(json.dumps(impl_trace))
+    assert main(["validate", str(path), str(path), "--itf", "--report-dir", str(tmp_path / "r")]) == 0
+    rep = json.loads((tmp_path / "r" / "validate.json").read_text())
+    assert rep["schema"] == "shmspec.validate/1" and rep["command"] == "shmspec validate"
+    assert [t["itf"] for t in rep["traces"]] == ["itf/run.itf.json", "itf/run-2.itf.json"]
+    doc = json.loads((tmp_path / "r" / "itf" / "run.itf.json").read_text())
+    jsonschema.validate(doc, ITF_SCHEMA)
+    steps, origin = spec_steps(impl_trace)
+    assert doc["vars"] == sorted(ITF_VARS) and len(doc["states"]) == len(steps) > 50
+    assert [s["#meta"]["action"] for s in doc["states"]] == [s["act"] for s in steps]
+    assert doc["#meta"]["constants"] == impl_trace["constants"] and doc["#meta"]["source"] == str(path)
+    ring = next(s for s in doc["states"] if s["ring"])["ring"]
+    assert isinstance(ring[0], list) and set(ring[0][0]) == {"#bigint"}  # a sequence of <<address, size, id>>
+    assert steps_from_itf(doc) == (steps, origin)
+    assert trace_to_itf(impl_trace, source=str(path)) == doc  # one run, one file
+    with pytest.raises(ItfError, match="lacks the variables"):
+        steps_from_itf({"vars": ["pc"], "states": []})
