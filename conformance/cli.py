@@ -218,6 +218,9 @@ def build_parser() -> argparse.ArgumentParser:
     va.add_argument("--itf", action="store_true",
                     help="also write each trace as ITF JSON (the trace format Apalache and Quint read): "
                          "itf/<trace>.itf.json in the report folder")
+    va.add_argument("--coverage", action="store_true",
+                    help="also show which parts of ShmStore.tla's steps the traces reach against what TLC reaches "
+                         "in the model (MC_impl_reread.cfg), naming each part no trace reaches")
     pp = sub.add_parser("properties", help="the properties checked: statement, severity, checkers and where each "
                                            "judges it")
     pp.add_argument("ids", nargs="*", metavar="ID", help="property ids (default: the table of all)")

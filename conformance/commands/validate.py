@@ -7,7 +7,9 @@ for a trace TLC rejects, the recorded step where the run departs from the
 spec with the spec state(s) reached just before it; ``validate.json`` and
 ``validate.html`` go to the report folder (with ``--itf``, each trace as
 ITF JSON too: ``itf/<trace stem>.itf.json``, :func:`..spec.validate.trace_to_itf`,
-its path in the trace's ``itf`` entry of ``validate.json``).  Exit codes: 0 every trace
+its path in the trace's ``itf`` entry of ``validate.json``; with
+``--coverage``, the spec coverage of :func:`..spec.validate.spec_coverage`
+on the console and in ``validate.json``'s ``coverage``).  Exit codes: 0 every trace
 validates, 1 one does not, 2 a file is not a trace or TLC cannot run.
 """
 
@@ -19,13 +21,14 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 from ..core.documents import header
 from ..core.errors import ExitCode
 from ..reporting.report import record_html, verdict_line
 from ..spec.tlc import TlcError
-from ..spec.validate import TraceFormatError, Validation, load_trace, shown, trace_to_itf, validate
+from ..spec.validate import TraceFormatError, Validation, load_trace, shown, spec_coverage, trace_to_itf, validate
 
 SCHEMA = "shmspec.validate/1"
 """``validate.json``'s schema (docs/report-schemas.md)."""
@@ -88,18 +91,44 @@ def write_itf(results: list[tuple[Path, dict[str, Any], Validation]], report_dir
     return names
 
 
+def render_coverage(console: Console, cov: Any) -> None:
+    """The parts of ShmStore.tla's steps the model reaches, how many of them the
+    traces reach, and each one they do not (:mod:`..spec.coverage`)."""
+    table = Table(title=f"spec coverage: the traces against the model ({cov.to_json()['model_config']})")
+    for col in ("definition", "model parts", "reached by the traces", "not reached (line: expression)"):
+        table.add_column(col)
+    for d in cov.definitions:
+        gaps = escape("; ".join(f"{g['line']}: {g['text']}" for g in d.gaps))
+        table.add_row(d.name, str(d.model), str(d.runs), gaps or "-")
+    console.print(table)
+    j = cov.to_json()
+    console.print(f"coverage: {j['run_parts']} of {j['model_parts']} parts the model reaches; spec actions no trace "
+                  f"took: {', '.join(cov.unreached_actions) or 'none'}", soft_wrap=True)
+
+
 def main(args: argparse.Namespace, console: Console, err: Console, report_dir: Path) -> int:
+    cov = None
     try:
         with err.status("TLC on the recorded runs"):
             results = run(args.traces, timeout=args.timeout)
+            if getattr(args, "coverage", False):
+                cov = spec_coverage([doc for _, doc, _ in results], timeout=args.timeout)
     except (TraceFormatError, TlcError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
     report_dir.mkdir(parents=True, exist_ok=True)
     doc = to_json(results, write_itf(results, report_dir) if getattr(args, "itf", False) else None)
+    if cov is not None:
+        doc["coverage"] = cov.to_json()
+
+    def show(c: Console) -> None:
+        render(c, results)
+        if cov is not None:
+            render_coverage(c, cov)
+
     (report_dir / "validate.json").write_text(json.dumps(doc, indent=2) + "\n")
-    (report_dir / "validate.html").write_text(record_html(lambda rec: render(rec, results)))
-    render(console, results)
+    (report_dir / "validate.html").write_text(record_html(show))
+    show(console)
     bad = sum(1 for *_, v in results if v.verdict != "pass")
     detail = (f"{len(results) - bad} of {len(results)} trace{'s' if len(results) != 1 else ''} validate"
               f"{'s' if len(results) == 1 else ''}, {sum(v.seconds for *_, v in results):.1f} s of TLC")
@@ -107,4 +136,4 @@ def main(args: argparse.Namespace, console: Console, err: Console, report_dir: P
     return ExitCode.PASS if not bad else ExitCode.FAIL
 
 
-__all__ = ["SCHEMA", "main", "render", "run", "to_json", "write_itf"]
+__all__ = ["SCHEMA", "main", "render", "render_coverage", "run", "to_json", "write_itf"]

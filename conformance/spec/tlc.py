@@ -304,7 +304,8 @@ def _keep_archive(opts: list[str]) -> None:
 
 def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None = None, timeout: float = 600.0,
             invariants: list[str] | None = None, dump: Path | None = None,
-            properties: list[str] | None = None, workers: int = 1, quick: bool = False) -> TlcResult:
+            properties: list[str] | None = None, workers: int = 1, quick: bool = False,
+            coverage: bool = False) -> TlcResult:
     """Run TLC on ``spec`` (default: the repository's ``ShmStore.tla``) with
     ``workers`` TLC worker threads (default 1: a counterexample is then the
     same every run; more explore the same state space faster).
@@ -313,7 +314,9 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
     ``properties`` its ``PROPERTIES`` line (an empty list drops the line);
     ``dump`` writes every distinct state TLC reaches to ``<dump>.dump``;
     ``quick``: JVM options for a short search (:data:`QUICK_JVM`; the
-    search and its result are the same).
+    search and its result are the same); ``coverage``: TLC's ``-coverage``,
+    how often each expression was evaluated, in the output at the end
+    (:mod:`.coverage` reads it).
 
     Raises:
         TlcError: java or the jar is missing, or TLC ran past ``timeout`` seconds.
@@ -348,6 +351,8 @@ def run_tlc(cfg: Path | ConfigFile, spec: Path | None = None, jar: Path | None =
                "-fp", "0"]
         if dump is not None:
             cmd += ["-dump", str(dump)]
+        if coverage:
+            cmd += ["-coverage", "600"]  # minutes between reports: one, at the end
         cmd.append(spec.name)
         t0 = time.monotonic()
         t_search, lines, timed_out = None, [], threading.Event()

@@ -415,7 +415,35 @@ def _passed(run: tuple, distinct: float, seconds: float) -> Validation:
                       unmodelled=doc.get("unmodelled"), actions=_actions(steps))
 
 
-def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float, invariant: str):
+def spec_coverage(docs: list[dict[str, Any]], timeout: float = 600.0) -> Any:
+    """Which parts of ShmStore.tla's steps the recorded runs ``docs`` reach,
+    against the model (:mod:`.coverage`): one TLC run with ``-coverage`` per
+    :func:`batch_key` (a run that departs counts up to its departure), one on
+    the model; a :class:`~.coverage.Coverage`.
+
+    Raises:
+        TraceFormatError: a document is not a trace this version maps.
+        TlcError: TLC could not run, or ran past ``timeout`` seconds.
+    """
+    from .coverage import compare, locations, model_locations  # noqa: PLC0415
+
+    groups: dict[tuple, list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
+    taken: set[str] = set()
+    for i, doc in enumerate(docs):
+        check_trace(doc, f"trace {i}")
+        steps, _ = spec_steps(doc)
+        taken |= {a for a, n in _actions(steps).items() if n}
+        groups.setdefault(batch_key(doc), []).append((doc, steps))
+    runs: dict[Any, int] = {}
+    for batch in groups.values():
+        for loc, n in locations(_tlc(batch, timeout, "Where", coverage=True).output).items():
+            runs[loc] = max(runs.get(loc, 0), n)
+    text = (default_tla_dir() / "ShmStore.tla").read_text()
+    return compare(model_locations(timeout), runs, text, [a for a in SPEC_ACTIONS if a not in taken])
+
+
+def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float, invariant: str,
+         coverage: bool = False):
     module, cfg, data = trace_module(runs, invariant)
     n = sum(len(st) for _, st in runs)
     with tempfile.TemporaryDirectory(prefix="shmspec-validate-") as tmp:
@@ -426,7 +454,8 @@ def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float
         (d / "MCTrace.cfg").write_text(cfg)
         (d / "TraceData.tla").write_text(data)
         # the client compiler starts sooner; a long trace's search is faster with the server compiler
-        res = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=n < 2000)
+        res = run_tlc(d / "MCTrace.cfg", spec=d / "MCTrace.tla", timeout=timeout, properties=[], quick=n < 2000,
+                      coverage=coverage)
     if res.status != "ok":
         _raise_tlc(res)
     return res
@@ -500,5 +529,5 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Departure", "FIELDS", "ID_MOD", "ITF_VARS", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key",
-           "check_trace", "load_trace", "shown", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
+           "check_trace", "load_trace", "shown", "spec_coverage", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
            "validate", "validate_many"]

@@ -11,6 +11,7 @@ step where it departs; so must a recorded run with one observation altered.
 from __future__ import annotations
 
 import copy
+import io
 import json
 import re
 import shutil
@@ -18,7 +19,10 @@ import shutil
 import jsonschema
 import pytest
 
+from rich.console import Console
+
 from shmspec.conformance.cli import main
+from shmspec.conformance.commands.validate import render_coverage
 from shmspec.conformance.concurrency.procs import ProcessPool
 from shmspec.conformance.concurrency.record import FORMAT, VERSION
 from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, run_whole
@@ -31,6 +35,7 @@ from shmspec.conformance.spec.validate import (
     ITF_VARS,
     TraceFormatError,
     check_trace,
+    spec_coverage,
     spec_steps,
     steps_from_itf,
     trace_to_itf,
@@ -380,3 +385,54 @@ def test_a_recorded_run_exports_as_itf_that_passes_the_schema_and_reads_back(imp
     assert trace_to_itf(impl_trace, source=str(path)) == doc  # one run, one file
     with pytest.raises(ItfError, match="lacks the variables"):
         steps_from_itf({"vars": ["pc"], "states": []})
+
+
+def _hand_trace() -> dict:
+    """One put and one get by each reader, written without the harness."""
+    ring = [[0, 64, 0]]
+    put = [("start", None, "pin_scan", []), ("advance", "pin_scan", "header_write", []),
+           ("advance", "header_write", "payload_write", []), ("advance", "payload_write", "publish", ring),
+           ("advance", "publish", None, ring)]
+    events = [{"process": "writer", "op": "put", "kind": k, "at": a, "to": t, "args": {"key": "k", "size": 64},
+               "ring": r} for k, a, t, r in put]
+    events[-1]["result"] = {"handle": [0, 0], "abs": 0}
+    for r in ("r1", "r2"):
+        for k, a, t in (("start", None, "pin"), ("advance", "pin", "reader_check"),
+                        ("advance", "reader_check", "deserialize"), ("advance", "deserialize", "counter_increment"),
+                        ("advance", "counter_increment", None)):
+            events.append({"process": r, "op": "get", "kind": k, "at": a, "to": t, "args": {"ref": "h1", "abs": 0},
+                           **({"got": "own"} if a == "deserialize" else {})})
+    events[-1]["result"] = {"value": "ok"}
+    return {"format": FORMAT, "version": VERSION, "spec": "ShmStore", "target": "my store",
+            "constants": {"readers": ["r1", "r2"], "ring_bytes": 256, "max_chunks": 1024, "hardened": True},
+            "events": events}
+
+
+def test_coverage_names_the_spec_parts_the_runs_do_not_reach(impl_trace, tmp_path, capsys):
+    """Issue 29 item 3: ``--coverage`` compares the expressions of ShmStore.tla's
+    steps TLC evaluates on the recorded runs with those it evaluates on the
+    model, and names each one no run reaches."""
+    path = tmp_path / "rich.json"
+    path.write_text(json.dumps(impl_trace))
+    assert main(["validate", str(path), "--coverage", "--report-dir", str(tmp_path / "r")]) == 0
+    out = capsys.readouterr().out
+    assert "spec coverage" in out and "spec actions no trace took: pin_wait" in out
+    cov = json.loads((tmp_path / "r" / "validate.json").read_text())["coverage"]
+    assert cov["unreached_actions"] == ["pin_wait"]  # rich() has no put that waits on a pin
+    assert cov["model_config"] == "MC_impl_reread.cfg" and 200 < cov["run_parts"] < cov["model_parts"]
+    by = {d["definition"]: d for d in cov["definitions"]}
+    assert by["publish"]["run_parts"] == by["publish"]["model_parts"] > 5 and by["free_step"]["run_parts"] > 20
+    # vLLM's read path is the model's too, never impl's; the trace takes PinOf, never pin's \E
+    assert by["payload_read"]["run_parts"] == 0 and "~Hardened" in by["payload_read"]["gaps"][0]["text"]
+    assert by["pin"]["run_parts"] == 0 and by["PinOf"]["run_parts"] == by["PinOf"]["model_parts"]
+    assert all({"line", "col", "text"} <= set(g) for d in cov["definitions"] for g in d["gaps"])
+    wide = Console(width=2000, file=io.StringIO())
+    render_coverage(wide, spec_coverage([impl_trace]))
+    for g in (g for d in cov["definitions"] for g in d["gaps"]):
+        assert f"{g['line']}: {g['text']}" in wide.file.getvalue()  # TLA+'s brackets shown, not read as markup
+    # a run with no clear and no free: both actions named, none of their parts reached
+    small = spec_coverage([_hand_trace()])
+    assert {"clear", "free_step"} <= set(small.unreached_actions)
+    clear = next(d for d in small.definitions if d.name == "clear")
+    assert clear.runs == 0 and len(clear.gaps) == clear.model > 0
+    assert small.gaps > cov["gaps"]
