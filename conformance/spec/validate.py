@@ -418,8 +418,9 @@ def _passed(run: tuple, distinct: float, seconds: float) -> Validation:
 def spec_coverage(docs: list[dict[str, Any]], timeout: float = 600.0) -> Any:
     """Which parts of ShmStore.tla's steps the recorded runs ``docs`` reach,
     against the model (:mod:`.coverage`): one TLC run with ``-coverage`` per
-    :func:`batch_key` (a run that departs counts up to its departure), one on
-    the model; a :class:`~.coverage.Coverage`.
+    :func:`batch_key`, one on the model; a :class:`~.coverage.Coverage`.  A run
+    that departs counts up to its departure, and the runs after it in its batch
+    not at all (validate first: coverage is for runs that validate).
 
     Raises:
         TraceFormatError: a document is not a trace this version maps.

@@ -279,25 +279,8 @@ def test_the_trace_specs_hand_copies_of_the_variables_are_complete():
 
 def test_a_trace_a_store_test_writes_by_hand_validates():
     """The documented format, written without the harness: one put, one get by each reader."""
-    ring = [[0, 64, 0]]
-    put = [("start", None, "pin_scan", []), ("advance", "pin_scan", "header_write", []),
-           ("advance", "header_write", "payload_write", []), ("advance", "payload_write", "publish", ring),
-           ("advance", "publish", None, ring)]
-    events = [{"process": "writer", "op": "put", "kind": k, "at": a, "to": t, "args": {"key": "k", "size": 64},
-               "ring": r} for k, a, t, r in put]
-    events[-1]["result"] = {"handle": [0, 0], "abs": 0}
-    for r in ("r1", "r2"):
-        for k, a, t in (("start", None, "pin"), ("advance", "pin", "reader_check"),
-                        ("advance", "reader_check", "deserialize"), ("advance", "deserialize", "counter_increment"),
-                        ("advance", "counter_increment", None)):
-            ev = {"process": r, "op": "get", "kind": k, "at": a, "to": t, "args": {"ref": "h1", "abs": 0}}
-            if a == "deserialize":
-                ev["got"] = "own"
-            events.append(ev)
-    events[-1]["result"] = {"value": "ok"}
-    doc = {"format": FORMAT, "version": VERSION, "spec": "ShmStore", "target": "my store",
-           "constants": {"readers": ["r1", "r2"], "ring_bytes": 256, "max_chunks": 1024, "hardened": True},
-           "events": events}
+    doc = _hand_trace()
+    events, ring = doc["events"], doc["events"][4]["ring"]
     assert validate(doc).verdict == "pass"
     # the chunk freed without its reads: departs at the free
     doc["events"] = events[:5] + [{"process": "writer", "op": "free_unused", "kind": "start", "at": None,
