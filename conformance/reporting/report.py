@@ -16,6 +16,7 @@ from typing import Any, Callable
 
 from rich import box
 from rich.console import Console, Group
+from rich.markup import escape
 from rich.panel import Panel
 from rich.table import Table
 from rich.text import Text
@@ -323,6 +324,13 @@ def render_console(console: Console, result: GateResult, report_dir: Path | None
                           f"behaviours of tla/ShmStore.tla[/] (TLC, {sv['seconds']:.1f} s; {sv['whole']} whole"
                           f"{stopped}); spec steps taken: {reached}; never taken: {', '.join(missing) or 'none'}",
                           soft_wrap=True)
+            if sv.get("coverage"):
+                cv = sv["coverage"]
+                gaps = "; ".join(f"{g['definition']} line {g['line']}: {g['text']}" for g in cv["gaps"])
+                console.print(f"campaign {c.name}: spec coverage: the runs reach {cv['run_parts']} of the "
+                              f"{cv['model_parts']} parts of the spec's steps the model reaches ({cv['model_config']})"
+                              f"; not reached: {escape(gaps) or 'none'} (docs/trace-validation.md#coverage)",
+                              soft_wrap=True)
         if c.mode == "preemption" and not c.error:
             console.print(f"campaign {c.name}: {c.examples} schedules, each preempting one operation at one yield "
                           f"point (bound 1), {c.steps} scheduled steps")

@@ -5,17 +5,22 @@ report's ``repro_test.py``."""
 
 from __future__ import annotations
 
+import io
 import json
+import shutil
 import subprocess
 import sys
+from dataclasses import replace
 
 import multiprocess
 import pytest
+from rich.console import Console
 
 from shmspec.conformance.runner.gate import CONTROLLED, run_gate
 from shmspec.conformance.targets.loader import load_file, load_target
 from shmspec.conformance.mutants import MUTANTS_DIR
-from shmspec.conformance.reporting.report import write_report
+from shmspec.conformance.reporting.report import render_console, write_report
+from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.concurrency.schedule import replay_schedule
 from helpers import smoke_shrink
 
@@ -148,3 +153,29 @@ def test_a_browser_renders_a_controlled_schedule_finding(tmp_path, monkeypatch):
     assert last["action"] in dom.by_id["V1-harmful"]
     assert "Why the store allowed it." in section and "read count reached its threshold" in section
     assert shot.stat().st_size > 50_000  # a drawn page, not a blank one
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+def test_validated_traces_and_their_spec_coverage_are_in_the_report(tmp_path):
+    """``--validate-traces`` (SessionConfig.record): every recorded controlled
+    session of impl validates against ShmStore.tla, and the console and
+    report.json give the spec coverage of those runs against the model."""
+    result = run_gate(load_target("impl"), "ci", campaigns=(CONTROLLED,), concurrency="off",
+                      config=replace(SessionConfig(), record=True))
+    (c,) = result.campaigns
+    assert c.error is None and result.verdict == "pass", c.error
+    sv = c.rates["spec_validation"]
+    assert sv["traces"] == sv["validated"] > 50 and not sv["departures"]
+    cov = sv["coverage"]
+    assert cov["model_config"] == "MC_impl_reread.cfg" and 200 < cov["run_parts"] < cov["model_parts"]
+    assert {g["definition"] for g in cov["gaps"]} >= {"payload_read"}  # vLLM's read path: never impl's
+    assert c.seconds > sv["seconds"]  # the campaign's time includes TLC's
+    console = Console(width=4000, file=io.StringIO())
+    render_console(console, result, None)
+    out = console.file.getvalue()
+    assert f"spec coverage: the runs reach {cov['run_parts']} of the {cov['model_parts']} parts" in out
+    assert "payload_read line" in out and "~Hardened" in out
+    write_report(result, tmp_path)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    assert rep["campaigns"][0]["rates"]["spec_validation"]["coverage"] == cov
