@@ -28,7 +28,8 @@ from ..core.documents import header
 from ..core.errors import ExitCode
 from ..reporting.report import record_html, verdict_line
 from ..spec.tlc import TlcError
-from ..spec.validate import TraceFormatError, Validation, load_trace, shown, spec_coverage, trace_to_itf, validate
+from ..spec.validate import (TraceFormatError, Validation, load_trace, shown, trace_to_itf, validate,
+                              validate_with_coverage)
 
 SCHEMA = "shmspec.validate/1"
 """``validate.json``'s schema (docs/report-schemas.md)."""
@@ -44,6 +45,19 @@ def run(paths: list[Path], timeout: float = 600.0) -> list[tuple[Path, dict[str,
     """
     docs = [(p, load_trace(p)) for p in paths]
     return [(p, doc, validate(doc, timeout=timeout)) for p, doc in docs]
+
+
+def run_with_coverage(paths: list[Path], timeout: float = 600.0) -> tuple[list[tuple[Path, dict[str, Any], Validation]], Any]:
+    """:func:`run` and the traces' spec coverage, from the same TLC runs
+    (:func:`..spec.validate.validate_with_coverage`): ``(results, Coverage)``.
+
+    Raises:
+        TraceFormatError: a file is not a trace this version reads.
+        TlcError: TLC could not run.
+    """
+    docs = [(p, load_trace(p)) for p in paths]
+    results, cov = validate_with_coverage([doc for _, doc in docs], timeout=timeout)
+    return [(p, doc, v) for (p, doc), v in zip(docs, results)], cov
 
 
 def render(console: Console, results: list[tuple[Path, dict[str, Any], Validation]]) -> None:
@@ -94,14 +108,14 @@ def write_itf(results: list[tuple[Path, dict[str, Any], Validation]], report_dir
 def render_coverage(console: Console, cov: Any) -> None:
     """The parts of ShmStore.tla's steps the model reaches, how many of them the
     traces reach, and each one they do not (:mod:`..spec.coverage`)."""
-    table = Table(title=f"spec coverage: the traces against the model ({cov.to_json()['model_config']})")
+    j = cov.to_json()
+    table = Table(title=f"spec coverage: the traces against the model ({j['model_config']})")
     for col in ("definition", "model parts", "reached by the traces", "not reached (line: expression)"):
         table.add_column(col)
     for d in cov.definitions:
         gaps = escape("; ".join(f"{g['line']}: {g['text']}" for g in d.gaps))
         table.add_row(d.name, str(d.model), str(d.runs), gaps or "-")
     console.print(table)
-    j = cov.to_json()
     console.print(f"coverage: {j['run_parts']} of {j['model_parts']} parts the model reaches; spec actions no trace "
                   f"took: {', '.join(cov.unreached_actions) or 'none'}", soft_wrap=True)
 
@@ -110,9 +124,10 @@ def main(args: argparse.Namespace, console: Console, err: Console, report_dir: P
     cov = None
     try:
         with err.status("TLC on the recorded runs"):
-            results = run(args.traces, timeout=args.timeout)
             if getattr(args, "coverage", False):
-                cov = spec_coverage([doc for _, doc, _ in results], timeout=args.timeout)
+                results, cov = run_with_coverage(args.traces, timeout=args.timeout)
+            else:
+                results = run(args.traces, timeout=args.timeout)
     except (TraceFormatError, TlcError) as exc:
         err.print(f"shmspec: error: {exc}", markup=False, highlight=False, soft_wrap=True)
         return ExitCode.ERROR
@@ -136,4 +151,4 @@ def main(args: argparse.Namespace, console: Console, err: Console, report_dir: P
     return ExitCode.PASS if not bad else ExitCode.FAIL
 
 
-__all__ = ["SCHEMA", "main", "render", "render_coverage", "run", "to_json", "write_itf"]
+__all__ = ["SCHEMA", "main", "render", "render_coverage", "run", "run_with_coverage", "to_json", "write_itf"]

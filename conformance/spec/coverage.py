@@ -15,12 +15,16 @@ evaluates is a gap: a behaviour of the spec no real run has shown.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .tlc import TlcError, default_tla_dir, run_tlc
+from ..core import paths
+from .tlc import TlcError, default_tla_dir, find_jar, run_tlc
 
 MODEL_CONFIG = "MC_impl_reread.cfg"
 """The model config whose constants a recorded impl run's trace check uses."""
@@ -109,12 +113,33 @@ def compare(model: dict[Location, int], runs: dict[Location, int], text: str,
 
 
 def model_locations(timeout: float = 600.0, tla_dir: Path | None = None) -> dict[Location, int]:
-    """TLC's expression counts on :data:`MODEL_CONFIG` (its whole state space, no invariants)."""
-    cfg = (tla_dir or default_tla_dir()) / MODEL_CONFIG
-    res = run_tlc(cfg, timeout=timeout, invariants=[], properties=[], workers=2, coverage=True)
+    """TLC's expression counts on :data:`MODEL_CONFIG` (its whole state space,
+    no invariants).  The counts are kept in ``cache_dir()/tlc/coverage-<key>.json``,
+    ``key`` a hash of ShmStore.tla's and the config's texts and the jar's name:
+    TLC runs again only when one of them changed.
+
+    Raises:
+        TlcError: TLC could not run, or its run did not end ``ok``.
+    """
+    folder = tla_dir or default_tla_dir()
+    cfg = folder / MODEL_CONFIG
+    key = hashlib.sha256("\0".join([(folder / "ShmStore.tla").read_text(), cfg.read_text(),
+                                     find_jar().name]).encode()).hexdigest()[:16]
+    cached = paths.cache_dir() / "tlc" / f"coverage-{key}.json"
+    try:
+        return {tuple(loc): n for *loc, n in json.loads(cached.read_text())}  # type: ignore[misc]
+    except (OSError, ValueError, TypeError):
+        pass
+    res = run_tlc(cfg, spec=folder / "ShmStore.tla", timeout=timeout, invariants=[], properties=[], workers=2,
+                  coverage=True)
     if res.status != "ok":
         raise TlcError(f"TLC's coverage run of {MODEL_CONFIG} ended {res.status} (exit {res.exit_code})")
-    return locations(res.output)
+    out = locations(res.output)
+    cached.parent.mkdir(parents=True, exist_ok=True)
+    tmp = cached.with_suffix(f".{os.getpid()}.tmp")
+    tmp.write_text(json.dumps([[*loc, n] for loc, n in sorted(out.items())]))
+    tmp.replace(cached)  # atomic: a concurrent reader sees the old file or the whole new one
+    return out
 
 
 __all__ = ["Coverage", "DefinitionCoverage", "Location", "MODEL_CONFIG", "compare", "locations", "model_locations",

@@ -378,18 +378,48 @@ def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Va
         TraceFormatError: a document is not a trace this version maps (nothing is run).
         TlcError: TLC could not run, or ran past ``timeout`` seconds.
     """
+    return _validate(docs, timeout, coverage=False)[0]
+
+
+def validate_with_coverage(docs: list[dict[str, Any]], timeout: float = 600.0) -> tuple[list[Validation], Any]:
+    """:func:`validate_many` and :func:`spec_coverage` of ``docs`` from the same
+    TLC runs (TLC's ``-coverage`` on the checks; the model's counts are cached,
+    :func:`~.coverage.model_locations`): ``(validations, Coverage)``.  A run
+    that departs counts up to its departure.
+
+    Raises:
+        TraceFormatError: a document is not a trace this version maps (nothing is run).
+        TlcError: TLC could not run, or ran past ``timeout`` seconds.
+    """
+    from .coverage import compare, model_locations  # noqa: PLC0415
+
+    results, runs, taken = _validate(docs, timeout, coverage=True)
+    text = (default_tla_dir() / "ShmStore.tla").read_text()
+    return results, compare(model_locations(timeout), runs, text, [a for a in SPEC_ACTIONS if a not in taken])
+
+
+def _validate(docs: list[dict[str, Any]], timeout: float, coverage: bool) -> tuple[list[Validation], dict, set[str]]:
+    """:func:`validate_many`'s checks; with ``coverage``, also the most times
+    each ShmStore.tla expression was evaluated in any batch's check, and the
+    spec actions the runs took."""
+    from .coverage import locations  # noqa: PLC0415
+
     mapped = []
     for i, doc in enumerate(docs):
         check_trace(doc, f"trace {i}")
         mapped.append((doc, *spec_steps(doc)))
     out: list[Validation | None] = [None] * len(docs)
+    locs: dict[Any, int] = {}
     groups: dict[tuple, list[int]] = {}
     for i, (doc, _, _) in enumerate(mapped):
         groups.setdefault(batch_key(doc), []).append(i)
     for idx in groups.values():
         while idx:
             runs = [mapped[i] for i in idx]
-            res, (run, step) = _check(runs, timeout)
+            res, (run, step) = _check(runs, timeout, coverage)
+            if coverage:
+                for loc, n in locations(res.output).items():
+                    locs[loc] = max(locs.get(loc, 0), n)
             share = res.seconds / len(idx)
             done = len(idx) if (run, step) == (len(runs), len(runs[-1][1]) + 1) else run - 1
             for i in idx[:done]:
@@ -398,7 +428,8 @@ def validate_many(docs: list[dict[str, Any]], timeout: float = 600.0) -> list[Va
                 break
             out[idx[done]] = _departed(mapped[idx[done]], step - 1, timeout)
             idx = idx[done + 1:]
-    return out  # type: ignore[return-value]
+    taken = {a for v in out if v is not None for a, n in v.actions.items() if n}
+    return out, locs, taken  # type: ignore[return-value]
 
 
 def _actions(steps: list[dict[str, Any]]) -> dict[str, int]:
@@ -417,30 +448,14 @@ def _passed(run: tuple, distinct: float, seconds: float) -> Validation:
 
 def spec_coverage(docs: list[dict[str, Any]], timeout: float = 600.0) -> Any:
     """Which parts of ShmStore.tla's steps the recorded runs ``docs`` reach,
-    against the model (:mod:`.coverage`): one TLC run with ``-coverage`` per
-    :func:`batch_key`, one on the model; a :class:`~.coverage.Coverage`.  A run
-    that departs counts up to its departure, and the runs after it in its batch
-    not at all (validate first: coverage is for runs that validate).
+    against the model (:mod:`.coverage`): the checks of
+    :func:`validate_with_coverage`, its :class:`~.coverage.Coverage`.
 
     Raises:
         TraceFormatError: a document is not a trace this version maps.
         TlcError: TLC could not run, or ran past ``timeout`` seconds.
     """
-    from .coverage import compare, locations, model_locations  # noqa: PLC0415
-
-    groups: dict[tuple, list[tuple[dict[str, Any], list[dict[str, Any]]]]] = {}
-    taken: set[str] = set()
-    for i, doc in enumerate(docs):
-        check_trace(doc, f"trace {i}")
-        steps, _ = spec_steps(doc)
-        taken |= {a for a, n in _actions(steps).items() if n}
-        groups.setdefault(batch_key(doc), []).append((doc, steps))
-    runs: dict[Any, int] = {}
-    for batch in groups.values():
-        for loc, n in locations(_tlc(batch, timeout, "Where", coverage=True).output).items():
-            runs[loc] = max(runs.get(loc, 0), n)
-    text = (default_tla_dir() / "ShmStore.tla").read_text()
-    return compare(model_locations(timeout), runs, text, [a for a in SPEC_ACTIONS if a not in taken])
+    return validate_with_coverage(docs, timeout)[1]
 
 
 def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float, invariant: str,
@@ -466,9 +481,9 @@ _AT = re.compile(r'<<\s*"shmspec-at",\s*(\d+),\s*(\d+)\s*>>')
 _STATE = re.compile(r'<<\s*"shmspec-state",')
 
 
-def _check(runs: list[tuple], timeout: float) -> tuple[Any, tuple[int, int]]:
+def _check(runs: list[tuple], timeout: float, coverage: bool = False) -> tuple[Any, tuple[int, int]]:
     """TLC on ``runs``; its result and the furthest ``(run, step)`` (1-based) a state reached."""
-    res = _tlc([(d, st) for d, st, _ in runs], timeout, "Where")
+    res = _tlc([(d, st) for d, st, _ in runs], timeout, "Where", coverage=coverage)
     return res, max((int(a), int(b)) for a, b in _AT.findall(res.output))
 
 
@@ -531,4 +546,4 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
 
 __all__ = ["Departure", "FIELDS", "ID_MOD", "ITF_VARS", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key",
            "check_trace", "load_trace", "shown", "spec_coverage", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
-           "validate", "validate_many"]
+           "validate", "validate_many", "validate_with_coverage"]

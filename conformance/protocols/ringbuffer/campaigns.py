@@ -114,22 +114,22 @@ soon, 2026-12-07: dup_overwrite)."""
 def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], res: CampaignResult,
                      base: SessionConfig, campaign: str) -> None:
     """The controlled campaign's recorded sessions checked against
-    tla/ShmStore.tla (:func:`~shmspec.conformance.spec.validate.validate_many`,
+    tla/ShmStore.tla (:func:`~shmspec.conformance.spec.validate.validate_with_coverage`,
     docs/trace-validation.md): ``res.rates["spec_validation"]``, and a
     CONFORMANCE finding for the first run TLC rejects, its lanes marked at
     the step where it departs (a replay records and validates it again).
     When every run validates, ``rates["spec_validation"]["coverage"]``: the
     parts of ShmStore.tla's steps the model reaches and the runs do not
-    (:func:`~shmspec.conformance.spec.validate.spec_coverage`)."""
+    (from the same TLC runs as the verdicts)."""
     from types import SimpleNamespace
 
     from ...concurrency.schedule import DEPARTS
     from ...spec.tlc import TlcError
-    from ...spec.validate import TraceFormatError, spec_coverage, validate_many
+    from ...spec.validate import TraceFormatError, validate_with_coverage
 
     t0 = time.monotonic()
     try:
-        results = validate_many([doc for doc, _ in traces], timeout=VALIDATE_TIMEOUT)
+        results, coverage = validate_with_coverage([doc for doc, _ in traces], timeout=VALIDATE_TIMEOUT)
     except (TlcError, TraceFormatError) as exc:
         res.error = f"trace validation could not run: {str(exc).splitlines()[0]}"
         return
@@ -147,17 +147,12 @@ def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], 
         "actions": dict(sorted(actions.items())), "seconds": round(time.monotonic() - t0, 2),
         "departures": [{"trace": i, "event": v.departure.event, "act": v.departure.act,
                         "describe": v.departure.describe()} for i, v in departed[:5]]}
-    if not departed:  # coverage is of runs that validate (spec_coverage)
-        try:
-            cov = spec_coverage([doc for doc, _ in traces], timeout=VALIDATE_TIMEOUT).to_json()
-        except TlcError as exc:
-            res.error = f"spec coverage could not run: {str(exc).splitlines()[0]}"
-            return
+    if not departed:  # coverage is of runs that validate
+        cov = coverage.to_json()
         res.rates["spec_validation"]["coverage"] = {
             "model_config": cov["model_config"], "model_parts": cov["model_parts"], "run_parts": cov["run_parts"],
             "unreached_actions": cov["unreached_actions"],
             "gaps": [{"definition": d["definition"], **g} for d in cov["definitions"] for g in d["gaps"]]}
-        res.rates["spec_validation"]["seconds"] = round(time.monotonic() - t0, 2)
     if departed:
         i, v = departed[0]
         msg = DEPARTS + v.departure.describe()

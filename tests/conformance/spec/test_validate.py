@@ -41,6 +41,7 @@ from shmspec.conformance.spec.validate import (
     trace_to_itf,
     validate,
     validate_many,
+    validate_with_coverage,
 )
 from shmspec.conformance.targets.loader import load_target
 
@@ -419,3 +420,31 @@ def test_coverage_names_the_spec_parts_the_runs_do_not_reach(impl_trace, tmp_pat
     clear = next(d for d in small.definitions if d.name == "clear")
     assert clear.runs == 0 and len(clear.gaps) == clear.model > 0
     assert small.gaps > cov["gaps"]
+
+
+def test_coverage_reuses_the_checks_tlc_ran_and_the_models_cached_counts(tmp_path, monkeypatch):
+    """Review of 3f0d50f: a gate that validated its runs ran TLC on them a
+    second time for their coverage, and TLC on the model every time.  Now
+    one check per batch gives both, and the model's counts are cached under
+    a key of the spec's text: a changed spec runs TLC on it again."""
+    from shmspec.conformance.spec import coverage as cov_mod
+    from shmspec.conformance.spec import validate as val_mod
+
+    monkeypatch.setenv("SHMSPEC_CACHE_DIR", str(tmp_path / "cache"))
+    checks, models = [], []
+    real_tlc, real_run = val_mod._tlc, cov_mod.run_tlc
+    monkeypatch.setattr(val_mod, "_tlc", lambda *a, **k: checks.append(k.get("coverage")) or real_tlc(*a, **k))
+    monkeypatch.setattr(cov_mod, "run_tlc", lambda *a, **k: models.append(a[0]) or real_run(*a, **k))
+    results, cov = validate_with_coverage([_hand_trace(), _hand_trace()])
+    assert [v.verdict for v in results] == ["pass", "pass"] and checks == [True] and len(models) == 1
+    assert cov.to_json() == spec_coverage([_hand_trace(), _hand_trace()]).to_json()
+    assert checks == [True, True] and len(models) == 1  # the second run read the model's counts from the cache
+    spec = tmp_path / "tla"
+    spec.mkdir()
+    for f in ("ShmStore.tla", cov_mod.MODEL_CONFIG):
+        (spec / f).write_text((cov_mod.default_tla_dir() / f).read_text())
+    assert cov_mod.model_locations(tla_dir=spec) == cov_mod.model_locations()
+    assert len(models) == 1  # the same texts: the same key
+    (spec / "ShmStore.tla").write_text((spec / "ShmStore.tla").read_text() + "\n\\* changed\n")
+    cov_mod.model_locations(tla_dir=spec)
+    assert len(models) == 2
