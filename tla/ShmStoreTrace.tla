@@ -1,9 +1,10 @@
 --------------------------- MODULE ShmStoreTrace ---------------------------
 (***************************************************************************)
 (* Trace validation of ShmStore (shmspec validate, docs/trace-validation.md). *)
-(* Traces are runs a real store made (recorded controlled schedules), one *)
-(* after another: each a sequence of records, one per scheduled step: the *)
-(* spec action that step takes and what the harness observed after it.   *)
+(* Traces are runs a real store made (recorded controlled schedules and   *)
+(* free runs), one after another: each a sequence of records, one per     *)
+(* step a process took: the spec action that step takes and what the      *)
+(* harness observed after it.                                             *)
 (* TraceSpec's behaviours are the spec's behaviours constrained to the    *)
 (* recorded ones: each step must take its action and leave the observed   *)
 (* variables as recorded; what no process observes (pins, acks, the drain *)
@@ -22,6 +23,13 @@
 (* or "other" for what a deserialize made of the bytes; ring the writer's *)
 (* live chunks after the step as <<physical address, size, id>> (hasRing). *)
 (*                                                                         *)
+(* The order of the steps: p is the process that took a step, nxt the    *)
+(* index of p's next step (Len + 1: none), lo and hi the times the step   *)
+(* began and ended (a free run's clock; a controlled schedule's steps     *)
+(* have lo = hi = their index: one order).  A step may be taken when no   *)
+(* step still to take ended before it began (an interval order): where   *)
+(* the steps of processes running at once overlap, TLC tries each order.  *)
+(*                                                                         *)
 (* The one spec action a recorded step cannot pin down: impl's writer     *)
 (* publishes what a put kills before its pin_scan yield point and reads   *)
 (* the pins after it, where the spec's pin_scan does both at once; the    *)
@@ -35,12 +43,21 @@ EXTENDS ShmStore, TraceData  \* TraceData: Traces, a sequence of recorded runs,
                               \* each a sequence of steps (shmspec validate writes
                               \* the module; tla/TraceData.tla is an empty run)
 VARIABLES t,        \* the run being taken
-          l         \* its recorded step to take next
+          l,        \* how many of its steps were taken, plus one
+          nx        \* nx[p]: the index of process p's next step in the run
 
-traceVars == <<vars, t, l>>
+traceVars == <<vars, t, l, nx>>
 TraceLog == Traces[t]
+Procs == {"writer"} \cup Readers
 
-TraceInit == Init /\ t = 1 /\ l = 1
+\* the index of process p's first step in run T (TraceData's Firsts)
+FirstOf(T, p) == IF p \in DOMAIN Firsts[T] THEN Firsts[T][p] ELSE Len(Traces[T]) + 1
+Starts(T) == [p \in Procs |-> FirstOf(T, p)]
+
+TraceInit == Init /\ t = 1 /\ l = 1 /\ nx = Starts(1)
+
+\* step i may go next: no step still to take ended before it began
+Ready(i) == \A q \in Procs : nx[q] <= Len(TraceLog) => TraceLog[nx[q]].hi >= TraceLog[i].lo
 
 Take(e) ==
     CASE e.act = "none"              -> UNCHANGED vars
@@ -77,11 +94,13 @@ Observed(e) ==
     /\ IF e.act # "publish" THEN TRUE
        ELSE \E h \in issued' : h.abs = e.abs /\ h.id = e.hid % IdMod /\ Phys(h.addr) = e.haddr
 
-\* the spec's pin_scan of the put whose yield point the writer sits at
+\* the spec's pin_scan of the put whose yield point the writer sits at (its
+\* next step leaves pin_scan)
 SilentScan ==
-    /\ l <= Len(TraceLog) /\ TraceLog[l].scanOpen /\ wpc = "idle"
-    /\ pin_scan(TraceLog[l].scanKey, TraceLog[l].scanSize)
-    /\ UNCHANGED <<t, l>>
+    LET i == nx["writer"] IN
+    /\ i <= Len(TraceLog) /\ TraceLog[i].scanOpen /\ wpc = "idle"
+    /\ pin_scan(TraceLog[i].scanKey, TraceLog[i].scanSize)
+    /\ UNCHANGED <<t, l, nx>>
 
 \* Init, primed (TLC cannot evaluate Init' itself); a test checks that a
 \* run validates alone exactly when it validates after another one
@@ -97,22 +116,30 @@ Fresh ==
     /\ acks' = [r \in Readers |-> [a \in Abs |-> 0]]
 
 \* run t taken whole: the next one starts on a fresh store
-NextRun == l > Len(TraceLog) /\ t < Len(Traces) /\ Fresh /\ t' = t + 1 /\ l' = 1
+NextRun == l > Len(TraceLog) /\ t < Len(Traces) /\ Fresh /\ t' = t + 1 /\ l' = 1 /\ nx' = Starts(t + 1)
+
+\* process p takes its next step
+Step(p) ==
+    LET i == nx[p] IN
+    /\ i <= Len(TraceLog) /\ Ready(i)
+    /\ Take(TraceLog[i]) /\ Observed(TraceLog[i])
+    /\ nx' = [nx EXCEPT ![p] = TraceLog[i].nxt] /\ l' = l + 1 /\ UNCHANGED t
 
 TraceNext ==
-    \/ /\ l <= Len(TraceLog)
-       /\ Take(TraceLog[l]) /\ Observed(TraceLog[l])
-       /\ l' = l + 1 /\ UNCHANGED t
+    \/ \E p \in Procs : Step(p)
     \/ SilentScan
     \/ NextRun
 
 TraceSpec == TraceInit /\ [][TraceNext]_traceVars
 
+\* the first step in the run's order still to take (Len + 1: none)
+Pending == LET m == {nx[p] : p \in Procs} IN CHOOSE i \in m : \A j \in m : i <= j
+
 \* What a check prints (TLC's PrintT in an invariant that always holds, so
 \* that TLC never prints a counterexample as long as the run): where each
 \* state is in the runs; every run was taken whole when a state past the
 \* last step of the last run is printed.
-Where == PrintT(<<"shmspec-at", t, l>>)
+Where == PrintT(<<"shmspec-at", t, l, Pending>>)
 
 \* the whole state (tla/ShmStore.tla's VARIABLES, in order)
 StateRec == [start |-> start, end |-> end, idStart |-> idStart, idEnd |-> idEnd, chunks |-> chunks, mem |-> mem,
@@ -121,7 +148,7 @@ StateRec == [start |-> start, end |-> end, idStart |-> idStart, idEnd |-> idEnd,
              drainHi |-> drainHi, drainHw |-> drainHw, pc |-> pc, hd |-> hd, hsz |-> hsz, got |-> got,
              floor |-> floor, starts |-> starts, pins |-> pins, verdict |-> verdict, acks |-> acks]
 
-\* the states at step L of run T (shmspec validate's second check: the states
-\* a departure is reached from)
+\* the states of run T that took L - 1 steps (shmspec validate's second
+\* check: the states a departure is reached from)
 ShowAt(T, L) == IF t = T /\ l = L THEN PrintT(<<"shmspec-state", StateRec>>) ELSE TRUE
 =============================================================================

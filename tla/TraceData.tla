@@ -5,7 +5,9 @@
 (* definition, not a CONSTANT, because TLC evaluates a constant's          *)
 (* overriding definition at every use (a 5,000-step trace made a 500-step  *)
 (* check 26x slower) and a module's definition once.  This one is a single *)
-(* empty run, so that the spec parses and checks as it is.                 *)
+(* empty run, so that the spec parses and checks as it is.  Firsts[t][p]: *)
+(* the index of process p's first step in run t (Len + 1: none).          *)
 (***************************************************************************)
 Traces == << <<>> >>
+Firsts == << [writer |-> 1] >>
 =============================================================================

@@ -58,7 +58,7 @@ from .tlc import TlcError, default_tla_dir, run_tlc
 
 ID_MOD = 2**31 - 1
 FIELDS = ("act", "r", "key", "size", "abs", "hid", "haddr", "wpc", "pc", "got", "hasRing", "ring",
-          "scanOpen", "scanKey", "scanSize")
+          "scanOpen", "scanKey", "scanSize", "p", "lo", "hi", "nxt")
 """Every ``TraceLog`` record has these fields (tla/ShmStoreTrace.tla)."""
 SPEC_ACTIONS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear", "pin",
                 "reader_check", "deserialize", "counter_increment")
@@ -162,9 +162,28 @@ def check_trace(doc: Any, where: str = "trace") -> None:
 
 def _step(**kw: Any) -> dict[str, Any]:
     s = {"act": "none", "r": "", "key": "", "size": 0, "abs": 0, "hid": 0, "haddr": 0, "wpc": "", "pc": "",
-         "got": "", "hasRing": False, "ring": [], "scanOpen": False, "scanKey": "", "scanSize": 0}
+         "got": "", "hasRing": False, "ring": [], "scanOpen": False, "scanKey": "", "scanSize": 0,
+         "p": "writer", "lo": 0, "hi": 0, "nxt": 0}
     s.update(kw)
     return s
+
+
+def link(steps: list[dict[str, Any]]) -> None:
+    """Set each step's ``nxt``: the 1-based index of its process's next step
+    (``len(steps) + 1``: none)."""
+    after: dict[str, int] = {}
+    for j in range(len(steps), 0, -1):
+        s = steps[j - 1]
+        s["nxt"] = after.get(s["p"], len(steps) + 1)
+        after[s["p"]] = j
+
+
+def firsts(steps: list[dict[str, Any]], readers: list[str]) -> dict[str, int]:
+    """The 1-based index of each process's first step (``len(steps) + 1``: none)."""
+    out = {p: len(steps) + 1 for p in ("writer", *readers)}
+    for j in range(len(steps), 0, -1):
+        out[steps[j - 1]["p"]] = j
+    return out
 
 
 _PC_AT = {"pin": "idle", "reader_check": "pinned", "deserialize": "checked", "counter_increment": "read", None: "idle"}
@@ -188,6 +207,9 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
     def add(i: int, s: dict[str, Any]) -> None:
         if scan is not None:
             s.update(scanOpen=True, scanKey=scan[0], scanSize=scan[1])
+        e = doc["events"][i]
+        at = len(steps) + 1  # a controlled schedule's steps: one order
+        s.update(p=e["process"], lo=e.get("lo", at), hi=e.get("hi", at))
         steps.append(s)
         origin.append(i)
 
@@ -238,6 +260,7 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
             if at == "pin":
                 s["abs"] = e["args"]["abs"]
             add(i, s)
+    link(steps)
     return steps, origin
 
 
@@ -338,6 +361,9 @@ def trace_module(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
     data.append(",\n".join(
         "<<\n" + ",\n".join("  [" + ", ".join(f"{f} |-> {_tla(s[f])}" for f in FIELDS) + "]" for s in st) + "\n>>"
         for _, st in runs))
+    data += [">>", "Firsts == <<"]
+    data.append(",\n".join("  [" + ", ".join(f"{q} |-> {j}" for q, j in firsts(st, doc["constants"]["readers"]).items()) + "]"
+                           for doc, st in runs))
     data += [">>", "===="]
     cfg = ["CONSTANTS"]
     cfg += [f"    {name} <- MC{name}" for name in ("Readers", "RingUnits", "Sizes", "Keys", "IdMod", "MaxPuts",
@@ -416,17 +442,17 @@ def _validate(docs: list[dict[str, Any]], timeout: float, coverage: bool) -> tup
     for idx in groups.values():
         while idx:
             runs = [mapped[i] for i in idx]
-            res, (run, step) = _check(runs, timeout, coverage)
+            res, (run, depth, step) = _check(runs, timeout, coverage)
             if coverage:
                 for loc, n in locations(res.output).items():
                     locs[loc] = max(locs.get(loc, 0), n)
             share = res.seconds / len(idx)
-            done = len(idx) if (run, step) == (len(runs), len(runs[-1][1]) + 1) else run - 1
+            done = len(idx) if (run, depth) == (len(runs), len(runs[-1][1]) + 1) else run - 1
             for i in idx[:done]:
                 out[i] = _passed(mapped[i], res.distinct / len(idx), share)
             if done == len(idx):
                 break
-            out[idx[done]] = _departed(mapped[idx[done]], step - 1, timeout)
+            out[idx[done]] = _departed(mapped[idx[done]], step - 1, depth, timeout)
             idx = idx[done + 1:]
     taken = {a for v in out if v is not None for a, n in v.actions.items() if n}
     return out, locs, taken  # type: ignore[return-value]
@@ -477,19 +503,21 @@ def _tlc(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]], timeout: float
     return res
 
 
-_AT = re.compile(r'<<\s*"shmspec-at",\s*(\d+),\s*(\d+)\s*>>')
+_AT = re.compile(r'<<\s*"shmspec-at",\s*(\d+),\s*(\d+),\s*(\d+)\s*>>')
 _STATE = re.compile(r'<<\s*"shmspec-state",')
 
 
-def _check(runs: list[tuple], timeout: float, coverage: bool = False) -> tuple[Any, tuple[int, int]]:
-    """TLC on ``runs``; its result and the furthest ``(run, step)`` (1-based) a state reached."""
+def _check(runs: list[tuple], timeout: float, coverage: bool = False) -> tuple[Any, tuple[int, int, int]]:
+    """TLC on ``runs``; its result and the furthest ``(run, steps taken + 1,
+    first step still to take)`` (1-based) a state reached."""
     res = _tlc([(d, st) for d, st, _ in runs], timeout, "Where", coverage=coverage)
-    return res, max((int(a), int(b)) for a, b in _AT.findall(res.output))
+    return res, max((int(a), int(b), int(c)) for a, b, c in _AT.findall(res.output))
 
 
-def _departed(run: tuple, step: int, timeout: float) -> Validation:
+def _departed(run: tuple, step: int, depth: int, timeout: float) -> Validation:
+    """Run ``run`` departs at its ``step`` (0-based), reached from states that took ``depth - 1`` steps."""
     doc, steps, origin = run
-    res = _tlc([(doc, steps)], timeout, f"ShowAt(1, {step + 1})")
+    res = _tlc([(doc, steps)], timeout, f"ShowAt(1, {depth})")
     states = [dict(v[1]) for v in _printed(res.output, _STATE)]
     dep = Departure(step, origin[step], steps[step]["act"], doc["events"][origin[step]], states)
     return Validation("fail", len(steps), len(doc["events"]), res.distinct, res.seconds, departure=dep,
@@ -545,5 +573,5 @@ def shown(state: dict[str, Any]) -> dict[str, Any]:
 
 
 __all__ = ["Departure", "FIELDS", "ID_MOD", "ITF_VARS", "SPEC_ACTIONS", "TraceFormatError", "Validation", "batch_key",
-           "check_trace", "load_trace", "shown", "spec_coverage", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
+           "check_trace", "firsts", "link", "load_trace", "shown", "spec_coverage", "spec_steps", "steps_from_itf", "trace_module", "trace_to_itf",
            "validate", "validate_many", "validate_with_coverage"]
