@@ -40,6 +40,11 @@ from typing import Any
 
 import multiprocess
 
+from shmspec.impl import yieldpoints
+from shmspec.model.profile import impl_max_chunks
+
+from ..core.constructions import Construction
+from .record import HEADER_BYTES, free_trace, op_events
 from ..targets.adapter import StoreAdapter, live_chunks, offers_zero_copy, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from ..targets.loader import LoadedTarget
@@ -96,6 +101,7 @@ class FreeLoad:
     out_of_space_pause: float = 0.0002
     p_zero_copy: float = 0.2
     zero_copy_span: int = 8
+    max_ops: int | None = None
 
 
 def free_config(n_readers: int = 2, data_buffer_size: int = 64 * 1024,
@@ -185,6 +191,9 @@ class FreeRunResult:
     check: HistoryResult
     leak: str
     history: list[Op] = field(repr=False, default_factory=list)
+    trace: dict[str, Any] | None = field(repr=False, default=None)
+    """With ``run_free(record=True)``: the run as a trace document
+    (:func:`.record.free_trace`), for ``shmspec validate``."""
 
     @property
     def properties(self) -> dict[str, str]:
@@ -203,10 +212,51 @@ def _live(writer: Any) -> set[tuple[int, int]]:
     return {(a, i) for i, a in live_chunks(writer)}
 
 
+class _Marks:
+    """With recording on, impl's yield-point hook notes ``(ns, name)`` of each
+    point an operation reaches (:func:`.record.op_events`)."""
+
+    def __init__(self, on: bool) -> None:
+        self.on = on
+        self.marks: list[tuple[int, str]] = []
+        self.events: list[dict[str, Any]] = []
+
+    def __enter__(self) -> "_Marks":
+        if self.on:
+            yieldpoints.HOOK = self.mark
+        return self
+
+    def mark(self, name: str) -> None:
+        m = self.marks
+        if name == "pin_wait" and len(m) >= 2 and m[-1][1] == m[-2][1] == "pin_wait":
+            m[-1] = (time.monotonic_ns(), name)  # rounds of one wait: the first and the latest (one wait_more)
+        else:
+            m.append((time.monotonic_ns(), name))
+
+    def __exit__(self, *exc: Any) -> None:
+        if self.on:
+            yieldpoints.HOOK = None
+
+
+def _ring(a: StoreAdapter) -> list[list[int]]:
+    """The writer's live chunks as a trace's ``ring`` (:mod:`.record`)."""
+    B = a.data_buffer_size
+    return [[c.address % B, c.size, c.id] for c in a.snapshot().chunks]
+
+
+def _result(obs: Any, abs_: int | None = None) -> dict[str, Any]:
+    if obs.error is not None:
+        return {"error": obs.error}
+    if abs_ is not None:
+        return {"handle": list(obs.value), "abs": abs_}
+    return {"value": "ok"}
+
+
 def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_readers: int, lock: Any,
                  queues: list[Any], seconds: float, seed: int, load: FreeLoad, patience: float,
-                 parent_pid: int) -> None:
-    """The writer process.  ``patience``: seconds it waits for each controller message."""
+                 record: bool, parent_pid: int) -> None:
+    """The writer process.  ``patience``: seconds it waits for each controller
+    message; ``record``: its steps are recorded (:func:`run_free`)."""
     worker_setup(parent_pid)
     a = StoreAdapter(target, config.data_buffer_size, config.max_object_size, n_readers, lock=lock)
     try:
@@ -219,10 +269,11 @@ def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_reade
         conn.send(("ready", fields, a.segment))
         if not conn.poll(patience * (len(queues) + 1)) or conn.recv()[0] != "go":
             return
-        ops = _write_load(a, queues, seconds, seed, load)
+        with _Marks(record) as rec:
+            ops = _write_load(a, queues, seconds, seed, load, rec)
         for q in queues:
             q.put(None)  # end of handles
-        conn.send(("history", ops))
+        conn.send(("history", ops, rec.events))
         if conn.poll(patience * (len(queues) + 1)):
             conn.recv()  # "close": every reader is done (or the controller gave up)
     except Exception as exc:  # noqa: BLE001 - reported to the controller
@@ -235,9 +286,11 @@ def _writer_main(conn: Any, target: LoadedTarget, config: SessionConfig, n_reade
             pass
 
 
-def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, load: FreeLoad) -> list[tuple]:
+def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, load: FreeLoad,
+                rec: _Marks | None = None) -> list[tuple]:
     """The writer's loop.  Records ``(action, key, tag, ref, error, invoke_ns,
-    return_ns, freed refs)`` per op."""
+    return_ns, freed refs)`` per op; with ``rec`` on, each op's trace events too."""
+    rec = rec or _Marks(False)
     rng = random.Random(seed)
     max_data = a.max_object_size - object_nbytes(b"")
     issued: dict[tuple[int, int], str] = {}
@@ -245,7 +298,7 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
     tag = 0
     pending: tuple[str, int, int] | None = None
     deadline = time.monotonic() + seconds
-    while time.monotonic() < deadline:
+    while time.monotonic() < deadline and (load.max_ops is None or len(ops) < load.max_ops):
         r = rng.random()
         action = "clear" if r < load.p_clear else "free_unused" if r < load.p_clear + load.p_free else "put"
         before = _live(a.writer)
@@ -256,14 +309,26 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
                 pending = (f"k{tag}", tag, rng.randint(8, max_data))
             key, t, size = pending
             payload = Blob(make_payload(t, size))
+            rec.marks.clear()
             t0 = time.monotonic_ns()
             obs = a.put(key, payload)
             t1 = time.monotonic_ns()
         else:
             t, fn = None, a.clear if action == "clear" else a.free_unused
+            rec.marks.clear()
             t0 = time.monotonic_ns()
             obs = fn()
             t1 = time.monotonic_ns()
+        if rec.on:
+            ring = _ring(a)
+            args = {}
+            if action == "put":
+                nbytes = HEADER_BYTES + object_nbytes(payload.data)
+                if obs.ok:  # the store's own chunk size, should it differ from the harness's
+                    nbytes = next((sz for _, sz, i in ring if i == obs.value[1]), nbytes)
+                args = {"key": key, "size": nbytes}
+            rec.events += op_events("writer", action, args, t0, list(rec.marks), t1,
+                                    _result(obs, t - 1 if action == "put" else None), ring=ring)
         after = _live(a.writer)
         freed = tuple(issued.pop(c) for c in before - after if c in issued)
         if action == "put" and obs.ok:
@@ -285,7 +350,8 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
 
 # ----------------------------------------------------------------- a reader
 def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles: Any,
-                 seconds: float, seed: int, load: FreeLoad, patience: float, parent_pid: int) -> None:
+                 seconds: float, seed: int, load: FreeLoad, patience: float, record: bool,
+                 parent_pid: int) -> None:
     """A reader process.  ``patience``: seconds it waits for the controller
     and, past ``seconds``, for the next handle."""
     worker_setup(parent_pid)
@@ -299,8 +365,9 @@ def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles:
         handle = handle_cls(**fields, serde_class=RecordingSerde, reader_lock=lock)
         a.readers[name] = target.storage_cls.create_from_handle(handle)
         conn.send(("attached",))
-        ops = _read_load(a, name, handles, seconds + patience, seed, load)
-        conn.send(("history", ops))
+        with _Marks(record) as rec:
+            ops = _read_load(a, name, handles, seconds + patience, seed, load, rec)
+        conn.send(("history", ops, rec.events))
     except Exception as exc:  # noqa: BLE001 - reported to the controller
         conn.send(("error", f"reader {name}: {type(exc).__name__}: {exc}"))
     finally:
@@ -314,14 +381,16 @@ def _reader_main(conn: Any, name: str, target: LoadedTarget, lock: Any, handles:
 
 
 def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
-               load: FreeLoad) -> list[tuple]:
+               load: FreeLoad, rec: _Marks | None = None) -> list[tuple]:
     """The reader's loop until the writer's end marker (``wait``: seconds to
     wait for a handle).  Records ``(ref, mode, value, error, invoke_ns,
-    return_ns, deserialized values)`` per get."""
+    return_ns, deserialized values)`` per get; with ``rec`` on, each get's
+    trace events too (and no zero-copy reads: ShmStore.tla has no lease)."""
+    rec = rec or _Marks(False)
     rng = random.Random(seed)
     recent: deque = deque(maxlen=load.reread_window + 1)
     ops: list[tuple] = []
-    zero_copy = load.p_zero_copy > 0 and offers_zero_copy(a.target)
+    zero_copy = load.p_zero_copy > 0 and offers_zero_copy(a.target) and not rec.on
     kept: deque = deque()
     """``(ref, tag, value, first reads made when it was taken)`` of the
     zero-copy values this reader keeps, oldest first."""
@@ -331,9 +400,14 @@ def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
         ref, address, id_, sig, key, _ = h
         _DESERIALIZED.clear()
         _SERDE_DELAY[0] = load.reread_delay if mode == "reread" else 0.0
+        rec.marks.clear()
         t0 = time.monotonic_ns()
         obs = a.reader_get(name, address, id_, sig, key, copy=copy)
         t1 = time.monotonic_ns()
+        if rec.on:
+            got = None if not _DESERIALIZED else "own" if _DESERIALIZED[-1] == h[5] else "other"
+            rec.events += op_events(name, "get", {"ref": ref, "abs": h[5] - 1}, t0, list(rec.marks), t1,
+                                    _result(obs), got=got)
         ops.append((ref, mode, value_of(obs.value) if obs.ok else None, obs.error, t0, t1,
                     tuple(_DESERIALIZED)))
         return obs
@@ -421,7 +495,7 @@ def _rates(history: list[Op]) -> tuple[float, dict[str, dict[str, float]]]:
 
 def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_readers: int, seed: int,
              *, load: FreeLoad = FreeLoad(), finish_timeout: float = FINISH_TIMEOUT,
-             max_nodes: int = 20_000, check_seconds: float | None = 60.0) -> FreeRunResult:
+             max_nodes: int = 20_000, check_seconds: float | None = 60.0, record: bool = False) -> FreeRunResult:
     """Run the target free for ``seconds`` with one writer and ``n_readers`` readers.
 
     Geometry (bytes) comes from ``config`` (``data_buffer_size``,
@@ -429,6 +503,10 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
     ``readers`` are ignored (``n_readers`` wins; readers are ``r1``...).
     ``seed`` seeds every process's choices (not the OS's interleaving).
     ``max_nodes`` / ``check_seconds``: the history check's budget.
+    ``record``: every process records its steps (impl's yield points, each
+    with its time), and the result's ``trace`` is the run as a trace
+    document (:func:`.record.free_trace`); readers then make no zero-copy
+    reads (ShmStore.tla has no lease).  Off by default.
 
     Raises:
         ValueError: ``n_readers < 1`` or objects too small for a payload tag.
@@ -460,10 +538,10 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
 
     try:
         spawn("writer", _writer_main, target, config, n_readers, lock, list(queues.values()),
-              seconds, seed, load, finish_timeout + startup)
+              seconds, seed, load, finish_timeout + startup, record)
         for i, r in enumerate(readers):
             spawn(r, _reader_main, r, target, lock, queues[r], seconds, seed * 1000 + i + 1, load,
-                  finish_timeout + startup)
+                  finish_timeout + startup, record)
         _, fields, segment = _recv(procs["writer"], conns["writer"], "the writer", "create the store",
                                    finish_timeout)
         for r in readers:
@@ -471,11 +549,12 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
         for r in readers:
             _recv(procs[r], conns[r], f"reader {r}", "attach", finish_timeout + startup)
         conns["writer"].send(("go",))
-        _, writer_ops = _recv(procs["writer"], conns["writer"], "the writer", "finish",
-                              seconds + finish_timeout)
+        _, writer_ops, events = _recv(procs["writer"], conns["writer"], "the writer", "finish",
+                                      seconds + finish_timeout)
         reader_ops = {}
         for r in readers:
-            reader_ops[r] = _recv(procs[r], conns[r], f"reader {r}", "finish", finish_timeout)[1]
+            _, reader_ops[r], more = _recv(procs[r], conns[r], f"reader {r}", "finish", finish_timeout)
+            events += more
         conns["writer"].send(("close",))
         _, gone = _recv(procs["writer"], conns["writer"], "the writer", "close the store", finish_timeout)
         leak = "pass" if gone and not segment_exists(segment) else "fail"
@@ -489,9 +568,15 @@ def run_free(target: LoadedTarget, config: SessionConfig, seconds: float, n_read
     total, per = _rates(history)
     puts = sum(1 for o in history if o.action == "put" and o.ok)
     oos = sum(1 for o in history if o.action == "put" and o.error == "OutOfSpace")
+    trace = None
+    if record:
+        construction = Construction(config.writer_lock, config.start_method, n_readers).name
+        trace = free_trace(target.spec, construction, readers, config.data_buffer_size,
+                           not target.profile.lenient_stale, impl_max_chunks(config.data_buffer_size),
+                           2 * config.max_object_size, events)
     return FreeRunResult(target.spec, n_readers, len(history), round(total, 3),
                          round(len(history) / total, 1) if total else 0.0, per, puts, oos, check, leak,
-                         history)
+                         history, trace)
 
 
 def _stop(procs: dict[str, Any], conns: dict[str, Any], queues: dict[str, Any], segment: str) -> None:

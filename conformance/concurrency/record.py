@@ -32,6 +32,14 @@ step that ends an operation): ``{"error": "StaleHandle"}``, ``{"handle":
 every writer step.  ``unmodelled`` names the first operation the spec has
 no action for (a zero-copy ``keep_get``, whose lease ShmStore.tla does not
 model): events stop there and validation covers what came before.
+
+A free run's events (:func:`op_events`, :func:`free_trace`; ``"schedule":
+"free"``) carry ``lo`` and ``hi`` too: the ``time.monotonic_ns()`` at which
+the step began and ended, less the run's first such time (ns; one clock for
+every process of a machine).  The events are sorted by ``lo``; two steps
+are ordered only when one ended before the other began, and validation tries
+each order of steps that overlap.  A free run's writer reports ``ring`` only
+on the step that ends an operation (the ring as the next operation finds it).
 """
 
 from __future__ import annotations
@@ -122,4 +130,45 @@ class Recorder:
         self.events.append(ev)
 
 
-__all__ = ["FORMAT", "HEADER_BYTES", "MODELLED", "Recorder", "VERSION", "result_text"]
+def op_events(process: str, op: str, args: dict[str, Any], t0: int, marks: list[tuple[int, str]], t1: int,
+              result: dict[str, Any] | None, got: str | None = None,
+              ring: list[list[int]] | None = None) -> list[dict[str, Any]]:
+    """The events of one operation a free-running process made: it began at
+    ``t0`` (ns), reached the yield points ``marks`` (``(ns, name)``, in order)
+    and returned at ``t1`` with ``result`` (this module's result forms).
+    ``got`` goes on the step that leaves ``deserialize``; ``ring`` (the
+    writer's live chunks after the operation) on the last step."""
+    bounds = [(t0, None), *marks, (t1, None)]
+    out = []
+    for k in range(len(bounds) - 1):
+        (lo, at), (hi, to) = bounds[k], bounds[k + 1]
+        ev: dict[str, Any] = {"process": process, "op": op, "kind": "start" if k == 0 else "advance",
+                              "at": at, "to": to, "lo": lo, "hi": hi}
+        if args:
+            ev["args"] = args
+        if got is not None and at == "deserialize":
+            ev["got"] = got
+        out.append(ev)
+    out[-1]["result"] = result
+    if ring is not None:
+        out[-1]["ring"] = ring
+    return out
+
+
+def free_trace(target: str, construction: str, readers: tuple[str, ...], ring_bytes: int, hardened: bool,
+               max_chunks: int, free_bytes: int, events: list[dict[str, Any]]) -> dict[str, Any]:
+    """A free run's trace document: every process's :func:`op_events`, sorted by
+    ``lo`` (a stable sort: a process's own events keep their order), their
+    times made relative to the first."""
+    origin = min((e["lo"] for e in events), default=0)
+    evs = sorted(events, key=lambda e: e["lo"])
+    for e in evs:
+        e["lo"] -= origin
+        e["hi"] -= origin
+    rec = Recorder(target, construction, readers, ring_bytes, hardened, max_chunks, free_bytes)
+    rec.doc["schedule"] = "free"
+    rec.doc["events"] = evs
+    return rec.doc
+
+
+__all__ = ["FORMAT", "HEADER_BYTES", "MODELLED", "Recorder", "VERSION", "free_trace", "op_events", "result_text"]

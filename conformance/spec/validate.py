@@ -261,6 +261,10 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
                 s["abs"] = e["args"]["abs"]
             add(i, s)
     link(steps)
+    if doc.get("schedule") == "free":  # ranks: the order of the times, in integers TLC holds (< 2**31)
+        rank = {x: j + 1 for j, x in enumerate(sorted({s[f] for s in steps for f in ("lo", "hi")}))}
+        for s in steps:
+            s["lo"], s["hi"] = rank[s["lo"]], rank[s["hi"]]
     return steps, origin
 
 

@@ -15,6 +15,7 @@ import io
 import json
 import re
 import shutil
+from pathlib import Path
 
 import jsonschema
 import pytest
@@ -24,7 +25,7 @@ from rich.console import Console
 from shmspec.conformance.cli import main
 from shmspec.conformance.commands.validate import render_coverage
 from shmspec.conformance.concurrency.procs import ProcessPool
-from shmspec.conformance.concurrency.record import FORMAT, VERSION
+from shmspec.conformance.concurrency.record import FORMAT, VERSION, free_trace, op_events
 from shmspec.conformance.concurrency.schedule import ScheduledSession, payload, run_whole
 from shmspec.conformance.core.config import SessionConfig
 from shmspec.conformance.lockstep.session import PropertyViolation
@@ -35,6 +36,7 @@ from shmspec.conformance.spec.validate import (
     ITF_VARS,
     TraceFormatError,
     check_trace,
+    load_trace,
     spec_coverage,
     spec_steps,
     steps_from_itf,
@@ -448,3 +450,110 @@ def test_coverage_reuses_the_checks_tlc_ran_and_the_models_cached_counts(tmp_pat
     (spec / "ShmStore.tla").write_text((spec / "ShmStore.tla").read_text() + "\n\\* changed\n")
     cov_mod.model_locations(tla_dir=spec)
     assert len(models) == 2
+
+
+def _free_trace(ack_at: int) -> dict:
+    """A free run written without the harness: the writer puts ``k``, both
+    readers read it, and the writer's ``free_unused`` reclaims it in a step
+    from time 100 to 200 (ns); ``r2`` acknowledges its read at ``ack_at``
+    to ``ack_at + 10``, and the events are in the order of their start."""
+    events = []
+
+    def op(process: str, name: str, args: dict, marks: list[tuple[int, str]], t0: int, t1: int, result: dict,
+           **kw) -> None:
+        events.extend(op_events(process, name, args, t0, marks, t1, result, **kw))
+
+    op("writer", "put", {"key": "k", "size": 64}, [(2, "pin_scan"), (3, "header_write"), (4, "payload_write"),
+                                                    (5, "publish")], 1, 6, {"handle": [0, 0], "abs": 0},
+       ring=[[0, 64, 0]])
+    read = [(11, "pin"), (12, "reader_check"), (13, "deserialize"), (14, "counter_increment")]
+    op("r1", "get", {"ref": "h1", "abs": 0}, read, 10, 15, {"value": "ok"}, got="own")
+    read = [(21, "pin"), (22, "reader_check"), (23, "deserialize"), (ack_at, "counter_increment")]
+    op("r2", "get", {"ref": "h1", "abs": 0}, read, 20, ack_at + 10, {"value": "ok"}, got="own")
+    op("writer", "free_unused", {}, [(100, "free_step")], 90, 200, {"value": "ok"}, ring=[])
+    return free_trace("my store", "free", ("r1", "r2"), 256, True, 1024, 256, events)
+
+
+def test_a_free_runs_overlapping_steps_are_tried_in_each_order():
+    """Issue 29: a free run's steps are ordered only where one ended before
+    the other began.  ``r2``'s acknowledgement (150-160 ns) overlaps the
+    writer's reclaim (100-200 ns) and is listed after it: TLC takes it first,
+    the only order in which the chunk is reclaimable.  The same
+    acknowledgement after the reclaim ended (210-220 ns) leaves no such
+    order: the run departs at the reclaim."""
+    doc = _free_trace(150)
+    acts = [(e["process"], e["at"]) for e in doc["events"]]
+    assert acts.index(("writer", "free_step")) < acts.index(("r2", "counter_increment"))  # listed by start
+    assert all(a["lo"] <= b["lo"] for a, b in zip(doc["events"], doc["events"][1:]))
+    v = validate(doc)
+    assert v.verdict == "pass" and v.actions["free_step"] == 1 and v.actions["counter_increment"] == 2
+    late = validate(_free_trace(210))
+    assert late.verdict == "fail" and late.departure.act == "free_step"
+    assert late.departure.recorded["op"] == "free_unused" and late.departure.recorded["at"] == "free_step"
+    assert [s["pc"] for s in late.departure.states] == [{"r1": "idle", "r2": "read"}]  # r2 has not acknowledged
+
+
+def test_a_free_runs_times_become_ranks_and_each_process_keeps_its_order():
+    """spec_steps turns a free run's ns into ranks (TLC's integers stop at
+    2**31; a 5 s run has 5e9 ns), keeping every comparison; ``nxt`` links
+    each process's steps in its own order."""
+    doc = _free_trace(150)
+    for e in doc["events"]:
+        e["lo"], e["hi"] = e["lo"] * 10**8, e["hi"] * 10**8
+    steps, origin = spec_steps(doc)
+    assert max(s["hi"] for s in steps) < 2**31
+    for a, b in ((a, b) for a in doc["events"] for b in doc["events"]):
+        i, j = origin.index(doc["events"].index(a)), origin.index(doc["events"].index(b))
+        assert (a["hi"] < b["lo"]) == (steps[i]["hi"] < steps[j]["lo"])
+    for j, s in enumerate(steps, start=1):
+        later = [k for k in range(j + 1, len(steps) + 1) if steps[k - 1]["p"] == s["p"]]
+        assert s["nxt"] == (later[0] if later else len(steps) + 1)
+    assert validate(doc).verdict == "pass"
+
+
+def test_a_free_run_of_impl_departs_where_shmstore_tla_reclaims_in_one_step_and_impl_in_two():
+    """Issue 29, found by the first free-run traces (2026-12-07, docs/trace-validation.md#free-runs):
+    the first 268 events of a recorded 0.5 s free run of impl (vLLM's
+    construction, a 512-byte ring).  The writer's put ``k16`` reclaims: its
+    last ``free_step`` step (events 236) checks the next chunk (abs 12: not
+    yet acknowledged by r1) and then retires the planned ones (publishes
+    abs_start).  Between the two, r1 acknowledges abs 12 and pins and checks
+    abs 11, which is being retired, and reads it (its pin makes the
+    writer's pin_scan wait: safe).  ShmStore.tla's last free_step checks and
+    retires at once, so no order of the overlapping steps is a behaviour of
+    the spec: before r1's ack it would stale r1's read, after it it would
+    reclaim abs 12 too.  This test holds the finding until the spec splits
+    the step at impl's two moments; then the trace must validate."""
+    doc = load_trace(Path(__file__).parent / "traces" / "free_reclaim_window.json")
+    assert doc["schedule"] == "free" and doc["constants"]["ring_bytes"] == 512
+    v = validate(doc)
+    assert v.verdict == "fail" and v.departure.event == 236 and v.departure.act == "free_step"
+    e = v.departure.recorded
+    assert (e["process"], e["op"], e["at"], e["to"]) == ("writer", "put", "free_step", "pin_scan")
+    (state,) = v.departure.states
+    assert state["wpc"] == "freeing" and state["planned"] == 1  # abs 10 planned; the spec would plan abs 11 next
+    assert state["pc"]["r1"] == "read" and state["hd"]["r1"]["abs"] == 11  # r1's read of abs 11, in flight
+
+
+def test_a_short_free_run_of_impl_without_reclaims_validates():
+    """A recorded free run of impl (vLLM's construction: writer without the
+    readers' lock, 2 forked readers; an 8 KiB ring the run never fills, no
+    free_unused, no clear: no reclaim, test above) validates: each reader's steps and the writer's
+    interleave as they ran, ordered by their times."""
+    from shmspec.conformance.concurrency.freerun import FreeLoad, free_config, run_free
+
+    target = load_target("impl")
+    r = run_free(target, free_config(2, data_buffer_size=8192, max_object_size=64), 10.0, 2, 0,
+                 load=FreeLoad(p_free=0, p_clear=0, max_ops=40), record=True)
+    doc = r.trace
+    assert doc["schedule"] == "free" and doc["construction"] == "writer unlocked, 2 forked readers"
+    assert r.out_of_space == 0 and r.puts == 40  # 40 puts of at most 64 bytes: the ring never fills
+    ev = doc["events"]
+    assert {e["process"] for e in ev} == {"writer", "r1", "r2"}
+    assert all(a["lo"] <= b["lo"] for a, b in zip(ev, ev[1:])) and all(e["lo"] <= e["hi"] for e in ev)
+    for p in ("writer", "r1", "r2"):
+        mine = [e for e in ev if e["process"] == p]
+        assert all(a["hi"] <= b["lo"] for a, b in zip(mine, mine[1:]))  # a process's steps follow each other
+    v = validate(doc)
+    assert v.verdict == "pass", v.departure and v.departure.describe()
+    assert v.actions["publish"] == r.puts and v.actions["counter_increment"] > 0
