@@ -1,8 +1,8 @@
 """Trace validation's costs (issue 29): recording's share of the controlled
 campaign, and TLC's time on one long recorded run.
 
-``python -m bench.trace [--parts overhead,long] [--rounds 2] [--steps 10000]
-[--seed 0] [--json FILE] [--trace-out FILE]``
+``python -m bench.trace [--parts overhead,long,free] [--rounds 2] [--steps 10000]
+[--seed 0] [--free-seconds 0.5] [--json FILE] [--trace-out FILE] [--free-trace-out FILE]``
 
 Everything is measured in this one run and printed as a table:
 
@@ -21,6 +21,14 @@ Everything is measured in this one run and printed as a table:
   ``free_unused`` and ``clear``; no zero-copy reads), then checked by
   :func:`shmspec.conformance.spec.validate.validate`: its verdict, TLC's
   seconds and the distinct states.
+* **free**: free runs of impl (vLLM's construction; a 512-byte ring and
+  objects of at most 96 bytes, so that it wraps and reclaims; no zero-copy
+  reads in either setting), ``rounds`` times without recording and with it
+  (``run_free(record=True)``), alternating, ``--free-seconds`` each.
+  *Recording's cost* is 1 - the recorded runs' median ops/s over the
+  unrecorded runs' (a free run's length is fixed: recording shows as fewer
+  operations).  The first recorded run is then validated: its verdict, its
+  departure if any, TLC's seconds.
 """
 
 from __future__ import annotations
@@ -44,7 +52,7 @@ from rich.table import Table
 from bench.common import REPO, machine_info, now_iso, positive_int, unwritable, wide_console, write_json
 from shmspec.conformance.core.documents import header
 
-PARTS = ("overhead", "long")
+PARTS = ("overhead", "long", "free")
 
 
 def _gate(record: bool, timeout: float = 1800.0) -> dict[str, Any]:
@@ -134,13 +142,45 @@ def long_run(steps: int, seed: int, trace_out: Path | None = None) -> dict[str, 
             "actions": dict(sorted(v.actions.items()))}
 
 
+def free_overhead(rounds: int, seconds: float, seed: int, trace_out: Path | None = None) -> dict[str, Any]:
+    """Recording's cost in free runs and one recorded run's validation (see the module docstring)."""
+    from shmspec.conformance.concurrency.freerun import FreeLoad, free_config, run_free
+    from shmspec.conformance.spec.validate import validate
+    from shmspec.conformance.targets.loader import load_target
+
+    target = load_target("impl")
+    config = free_config(2, data_buffer_size=512, max_object_size=96)
+    load = FreeLoad(p_zero_copy=0.0)
+    runs, first = [], None
+    for i in range(rounds):
+        for record in (False, True):
+            r = run_free(target, config, seconds, 2, seed + i, load=load, record=record)
+            runs.append({"record": record, "ops": r.ops, "ops_per_second": r.ops_per_second, "verdict": r.verdict,
+                         "events": len(r.trace["events"]) if r.trace else 0})
+            if record and first is None:
+                first = r.trace
+    if trace_out is not None:
+        trace_out.write_text(json.dumps(first))
+    v = validate(first, timeout=600.0)
+    plain = statistics.median(r["ops_per_second"] for r in runs if not r["record"])
+    rec = statistics.median(r["ops_per_second"] for r in runs if r["record"])
+    return {"runs": runs, "seconds": seconds, "plain_ops_per_second": plain, "recorded_ops_per_second": rec,
+            "recording_cost": round(1 - rec / plain, 3) if plain else None,
+            "validated": {"events": len(first["events"]), "spec_steps": v.steps, "verdict": v.verdict,
+                          "departure": v.departure.describe() if v.departure else None,
+                          "tlc_seconds": round(v.seconds, 2), "distinct_states": v.distinct}}
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
     ap.add_argument("--rounds", type=positive_int, default=2, help="gates per setting (overhead)")
     ap.add_argument("--steps", type=positive_int, default=10_000, help="events of the long run")
     ap.add_argument("--seed", type=int, default=0, help="the long run's schedule seed")
+    ap.add_argument("--free-seconds", type=float, default=0.5, help="seconds of each free run (free)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
+    ap.add_argument("--free-trace-out", type=Path, default=None, help="write the first recorded free run's trace "
+                    "here (shmspec validate reads it)")
     ap.add_argument("--trace-out", type=Path, default=None, help="write the long run's trace here "
                     "(shmspec validate reads it)")
     a = ap.parse_args(argv)
@@ -150,8 +190,11 @@ def main(argv: list[str] | None = None) -> int:
         ap.error(f"--parts takes {', '.join(PARTS)}; got {a.parts!r}")
     if a.json is not None and (why := unwritable(a.json)):
         ap.error(f"--json: {why}")
-    if a.trace_out is not None and (why := unwritable(a.trace_out)):
-        ap.error(f"--trace-out: {why}")
+    for flag, path in (("--trace-out", a.trace_out), ("--free-trace-out", a.free_trace_out)):
+        if path is not None and (why := unwritable(path)):
+            ap.error(f"{flag}: {why}")
+    if not 0 < a.free_seconds <= 60:
+        ap.error(f"--free-seconds takes a number of seconds in (0, 60]; got {a.free_seconds}")
     console = wide_console()
     out: dict[str, Any] = {**header("shmspec.bench/1", "bench.trace"), "measured": now_iso(), "machine": machine_info()}
     if "overhead" in parts:
@@ -171,6 +214,20 @@ def main(argv: list[str] | None = None) -> int:
         console.print(f"long run: {g['events']} events -> {g['spec_steps']} spec steps, {g['verdict']}"
                       f"{' (' + g['departure'] + ')' if g['departure'] else ''}; TLC {g['tlc_seconds']} s, "
                       f"{g['distinct_states']} distinct states; recorded in {g['record_seconds']} s")
+    if "free" in parts:
+        f = out["free"] = free_overhead(a.rounds, a.free_seconds, a.seed, a.free_trace_out)
+        t = Table(title=f"recording in free runs of impl ({a.free_seconds} s each; 512-byte ring)")
+        for col in ("recorded", "verdict", "ops", "ops/s", "events"):
+            t.add_column(col)
+        for r in f["runs"]:
+            t.add_row("yes" if r["record"] else "no", r["verdict"], str(r["ops"]), f"{r['ops_per_second']:.0f}",
+                      str(r["events"]))
+        console.print(t)
+        g = f["validated"]
+        console.print(f"recording's cost: {f['recording_cost']:+.1%} of the free run's ops/s (medians "
+                      f"{f['recorded_ops_per_second']:.0f} recorded, {f['plain_ops_per_second']:.0f} unrecorded); "
+                      f"the first recorded run: {g['events']} events -> {g['spec_steps']} spec steps, {g['verdict']}"
+                      f"{' (' + g['departure'] + ')' if g['departure'] else ''}; TLC {g['tlc_seconds']} s")
     if a.json is not None:
         write_json(a.json, out)
     return 0

@@ -39,6 +39,11 @@ from collections.abc import Callable
 
 HOOK: Callable[[str], None] | None = None
 
+OBSERVER = False
+"""True while ``HOOK`` only observes (it notes the point and returns; it never
+hands control away): a wait then keeps its own pacing (``pin_wait`` spins,
+then sleeps) instead of the one round per call a scheduler's hook expects."""
+
 READ_POINTS = ("pin", "reader_check", "payload_read", "deserialize", "counter_increment")
 WRITE_POINTS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
 # The names are the model's atomic steps (shmspec.model.steps); tests/impl/test_steps.py

@@ -45,7 +45,7 @@ from shmspec.model.profile import impl_max_chunks
 
 from ..core.constructions import Construction
 from .record import HEADER_BYTES, free_trace, op_events
-from ..targets.adapter import StoreAdapter, live_chunks, offers_zero_copy, open_writer, segment_exists
+from ..targets.adapter import StoreAdapter, data_offset, live_chunks, offers_zero_copy, open_writer, segment_exists
 from .history import HistoryResult, Op, check_history
 from ..targets.loader import LoadedTarget
 from .procs import SPAWN_STARTUP, ScheduleError, start_process, worker_setup
@@ -207,11 +207,6 @@ class FreeRunResult:
 
 
 # ----------------------------------------------------------------- the writer
-def _live(writer: Any) -> set[tuple[int, int]]:
-    """The writer's live chunks as ``(address, id)``."""
-    return {(a, i) for i, a in live_chunks(writer)}
-
-
 class _Marks:
     """With recording on, impl's yield-point hook notes ``(ns, name)`` of each
     point an operation reaches (:func:`.record.op_events`)."""
@@ -219,11 +214,12 @@ class _Marks:
     def __init__(self, on: bool) -> None:
         self.on = on
         self.marks: list[tuple[int, str]] = []
-        self.events: list[dict[str, Any]] = []
+        self.ops: list[tuple] = []
+        """``op_events``' arguments per operation; the events are built after the load."""
 
     def __enter__(self) -> "_Marks":
         if self.on:
-            yieldpoints.HOOK = self.mark
+            yieldpoints.HOOK, yieldpoints.OBSERVER = self.mark, True
         return self
 
     def mark(self, name: str) -> None:
@@ -235,13 +231,28 @@ class _Marks:
 
     def __exit__(self, *exc: Any) -> None:
         if self.on:
-            yieldpoints.HOOK = None
+            yieldpoints.HOOK, yieldpoints.OBSERVER = None, False
+
+    def op(self, *args: Any, **kw: Any) -> None:
+        """Keep one operation (``op_events``' arguments, the marks so far)."""
+        self.ops.append((args, tuple(self.marks), kw))
+
+    @property
+    def events(self) -> list[dict[str, Any]]:
+        out: list[dict[str, Any]] = []
+        for (process, op, args, t0, t1, result), marks, kw in self.ops:
+            out += op_events(process, op, args, t0, list(marks), t1, result, **kw)
+        return out
 
 
-def _ring(a: StoreAdapter) -> list[list[int]]:
-    """The writer's live chunks as a trace's ``ring`` (:mod:`.record`)."""
-    B = a.data_buffer_size
-    return [[c.address % B, c.size, c.id] for c in a.snapshot().chunks]
+def _ring(a: StoreAdapter, chunks: list[tuple[int, int]]) -> list[list[int]]:
+    """The writer's live ``chunks`` (``live_chunks``) as a trace's ``ring``
+    (:mod:`.record`): each one's address mod ``B``, its header's chunk size
+    and its id."""
+    rb = a.writer.ring_buffer
+    buf, B, base = rb.shared_memory.buf, rb.data_buffer_size, data_offset(rb)
+    return [[addr % B, int.from_bytes(buf[base + addr % B + 4 : base + addr % B + 8], "little", signed=True), id_]
+            for id_, addr in chunks]
 
 
 def _result(obs: Any, abs_: int | None = None) -> dict[str, Any]:
@@ -298,10 +309,11 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
     tag = 0
     pending: tuple[str, int, int] | None = None
     deadline = time.monotonic() + seconds
+    chunks = live_chunks(a.writer)  # (id, address), oldest first: before the next op, after the last
     while time.monotonic() < deadline and (load.max_ops is None or len(ops) < load.max_ops):
         r = rng.random()
         action = "clear" if r < load.p_clear else "free_unused" if r < load.p_clear + load.p_free else "put"
-        before = _live(a.writer)
+        before = {(ad, i) for i, ad in chunks}
         key = ref = None
         if action == "put":
             if pending is None:
@@ -319,17 +331,17 @@ def _write_load(a: StoreAdapter, queues: list[Any], seconds: float, seed: int, l
             t0 = time.monotonic_ns()
             obs = fn()
             t1 = time.monotonic_ns()
+        chunks = live_chunks(a.writer)
         if rec.on:
-            ring = _ring(a)
+            ring = _ring(a, chunks)
             args = {}
             if action == "put":
                 nbytes = HEADER_BYTES + object_nbytes(payload.data)
                 if obs.ok:  # the store's own chunk size, should it differ from the harness's
                     nbytes = next((sz for _, sz, i in ring if i == obs.value[1]), nbytes)
                 args = {"key": key, "size": nbytes}
-            rec.events += op_events("writer", action, args, t0, list(rec.marks), t1,
-                                    _result(obs, t - 1 if action == "put" else None), ring=ring)
-        after = _live(a.writer)
+            rec.op("writer", action, args, t0, t1, _result(obs, t - 1 if action == "put" else None), ring=ring)
+        after = {(ad, i) for i, ad in chunks}
         freed = tuple(issued.pop(c) for c in before - after if c in issued)
         if action == "put" and obs.ok:
             pending = None
@@ -406,8 +418,7 @@ def _read_load(a: StoreAdapter, name: str, handles: Any, wait: float, seed: int,
         t1 = time.monotonic_ns()
         if rec.on:
             got = None if not _DESERIALIZED else "own" if _DESERIALIZED[-1] == h[5] else "other"
-            rec.events += op_events(name, "get", {"ref": ref, "abs": h[5] - 1}, t0, list(rec.marks), t1,
-                                    _result(obs), got=got)
+            rec.op(name, "get", {"ref": ref, "abs": h[5] - 1}, t0, t1, _result(obs), got=got)
         ops.append((ref, mode, value_of(obs.value) if obs.ok else None, obs.error, t0, t1,
                     tuple(_DESERIALIZED)))
         return obs
