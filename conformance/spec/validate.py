@@ -361,13 +361,13 @@ def trace_module(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
     # Symmetry (Permutations(Keys)) is not used here, but TLC computes every constant
     # definition before it starts: with a run's hundreds of keys that took 26 s of a 32 s check
     lines += [f"MCCheck == {invariant}", "MCNoSymmetry == {}", "===="]
-    data = ["---- MODULE TraceData ----", "EXTENDS Integers", "Traces == <<"]
+    data = ["---- MODULE TraceData ----", "EXTENDS Integers, TLC", "Traces == <<"]
     data.append(",\n".join(
         "<<\n" + ",\n".join("  [" + ", ".join(f"{f} |-> {_tla(s[f])}" for f in FIELDS) + "]" for s in st) + "\n>>"
         for _, st in runs))
     data += [">>", "Firsts == <<"]
-    data.append(",\n".join("  [" + ", ".join(f"{q} |-> {j}" for q, j in firsts(st, doc["constants"]["readers"]).items()) + "]"
-                           for doc, st in runs))
+    data.append(",\n".join("  (" + " @@ ".join(f"{_tla(q)} :> {j}" for q, j in firsts(st, doc["constants"]["readers"]).items())
+                           + ")" for doc, st in runs))  # (a reader's name need not be a TLA+ identifier)
     data += [">>", "===="]
     cfg = ["CONSTANTS"]
     cfg += [f"    {name} <- MC{name}" for name in ("Readers", "RingUnits", "Sizes", "Keys", "IdMod", "MaxPuts",

@@ -509,6 +509,11 @@ def test_a_free_runs_times_become_ranks_and_each_process_keeps_its_order():
         later = [k for k in range(j + 1, len(steps) + 1) if steps[k - 1]["p"] == s["p"]]
         assert s["nxt"] == (later[0] if later else len(steps) + 1)
     assert validate(doc).verdict == "pass"
+    # a reader's name need not be a TLA+ identifier
+    for e in doc["events"]:
+        e["process"] = {"r1": "reader-1", "r2": "reader 2"}.get(e["process"], e["process"])
+    doc["constants"]["readers"] = ["reader-1", "reader 2"]
+    assert validate(doc).verdict == "pass"
 
 
 def test_a_free_run_of_impl_departs_where_shmstore_tla_reclaims_in_one_step_and_impl_in_two():
