@@ -78,6 +78,12 @@ def render(console: Console, results: list[tuple[Path, dict[str, Any], Validatio
         console.print(f"  recorded: {json.dumps(d.recorded)}", markup=False, soft_wrap=True)
         for i, s in enumerate(d.states[:3]):
             console.print(f"  spec state {i + 1} before it: {json.dumps(shown(s))}", markup=False, soft_wrap=True)
+        lines = d.overlap_lines()
+        for line in lines[:12]:
+            console.print(f"  ran while it did: {line}", markup=False, soft_wrap=True)
+        if len(lines) > 12:
+            console.print(f"  ... and {len(lines) - 12} more (validate.json: the departure's overlapping)",
+                          markup=False, soft_wrap=True)
 
 
 def to_json(results: list[tuple[Path, dict[str, Any], Validation]], itf: list[str] | None = None) -> dict[str, Any]:

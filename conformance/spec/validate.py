@@ -79,20 +79,36 @@ class Departure:
     """Where a recorded run leaves the spec: ``step`` (0-based index of the
     TraceLog step TLC could not take), ``event`` (the recorded event it came
     from), ``act`` (the spec action), ``states`` (the spec states reached
-    just before it: variable -> Python value) and ``recorded`` (the event)."""
+    just before it: variable -> Python value) and ``recorded`` (the event).
+    ``overlapping``: in a free run, the events of other processes whose
+    steps ran while this one did (``(index, event)``; the steps TLC tried in
+    each order around it)."""
 
     step: int
     event: int
     act: str
     recorded: dict[str, Any]
     states: list[dict[str, Any]] = field(default_factory=list)
+    overlapping: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def describe(self) -> str:
         e = self.recorded
         move = f"started {e['op']}" if e["kind"] == "start" else f"left {e['at']} of {e['op']}"
         where = f"reached {e['to']}" if e["to"] else f"ended ({result_text(e.get('result'))})"
+        more = (f"; {len(self.overlapping)} step(s) of other processes ran while it did"
+                if self.overlapping else "")
         return (f"event {self.event}: {e['process']} {move} and {where}; the spec cannot take its step "
-                f"{self.act!r} from the {len(self.states)} state(s) it reached before it")
+                f"{self.act!r} from the {len(self.states)} state(s) it reached before it{more}")
+
+    def overlap_lines(self) -> list[str]:
+        """One line per :attr:`overlapping` event."""
+        out = []
+        for j, x in self.overlapping:
+            move = f"started {x['op']}" if x["kind"] == "start" else f"left {x['at']} of {x['op']}"
+            where = f"reached {x['to']}" if x["to"] else f"ended ({result_text(x.get('result'))})"
+            args = f" {json.dumps(x['args'])}" if x.get("args") else ""
+            out.append(f"event {j}: {x['process']} {move}{args} and {where}")
+        return out
 
 
 @dataclass
@@ -120,7 +136,8 @@ class Validation:
                 "seconds": round(self.seconds, 3), "unmodelled": self.unmodelled, "actions": self.actions,
                 "departure": None if d is None else {
                     "step": d.step, "event": d.event, "act": d.act, "recorded": d.recorded,
-                    "describe": d.describe(), "states": [_jsonable(s) for s in d.states]}}
+                    "describe": d.describe(), "states": [_jsonable(s) for s in d.states],
+                    "overlapping": [j for j, _ in d.overlapping]}}
 
 
 def load_trace(path: Path) -> dict[str, Any]:
@@ -523,7 +540,11 @@ def _departed(run: tuple, step: int, depth: int, timeout: float) -> Validation:
     doc, steps, origin = run
     res = _tlc([(doc, steps)], timeout, f"ShowAt(1, {depth})")
     states = [dict(v[1]) for v in _printed(res.output, _STATE)]
-    dep = Departure(step, origin[step], steps[step]["act"], doc["events"][origin[step]], states)
+    ev = doc["events"]
+    e = ev[origin[step]]
+    overlapping = ([(j, x) for j, x in enumerate(ev) if x["process"] != e["process"] and x["lo"] <= e["hi"]
+                    and x["hi"] >= e["lo"]] if doc.get("schedule") == "free" else [])
+    dep = Departure(step, origin[step], steps[step]["act"], e, states, overlapping)
     return Validation("fail", len(steps), len(doc["events"]), res.distinct, res.seconds, departure=dep,
                       unmodelled=doc.get("unmodelled"), actions=_actions(steps))
 

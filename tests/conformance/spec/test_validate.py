@@ -538,6 +538,10 @@ def test_a_free_run_of_impl_departs_where_shmstore_tla_reclaims_in_one_step_and_
     (state,) = v.departure.states
     assert state["wpc"] == "freeing" and state["planned"] == 1  # abs 10 planned; the spec would plan abs 11 next
     assert state["pc"]["r1"] == "read" and state["hd"]["r1"]["abs"] == 11  # r1's read of abs 11, in flight
+    ran = {j: (x["process"], x["at"], x["args"]["abs"]) for j, x in v.departure.overlapping}
+    assert ran[246] == ("r1", "counter_increment", 12) and ran[248] == ("r1", "pin", 11)  # the ack, then the pin
+    assert "14 step(s) of other processes ran while it did" in v.departure.describe()
+    assert v.to_json()["departure"]["overlapping"] == sorted(ran)
 
 
 def test_a_short_free_run_of_impl_without_reclaims_validates():
