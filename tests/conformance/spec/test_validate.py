@@ -566,3 +566,14 @@ def test_a_short_free_run_of_impl_without_reclaims_validates():
     v = validate(doc)
     assert v.verdict == "pass", v.departure and v.departure.describe()
     assert v.actions["publish"] == r.puts and v.actions["counter_increment"] > 0
+
+
+def test_a_free_run_exports_as_itf_with_its_order_and_reads_back():
+    """A free run's ITF keeps what orders its steps (``p``, ``lo``, ``hi`` as
+    ranks, ``nxt``), passes the schema and reads back as the steps TLC checked."""
+    doc = _free_trace(150)
+    itf = trace_to_itf(doc)
+    jsonschema.validate(itf, ITF_SCHEMA)
+    steps, origin = spec_steps(doc)
+    assert {"p", "lo", "hi", "nxt"} <= set(itf["vars"]) and steps_from_itf(itf) == (steps, origin)
+    assert [st["p"] for st in steps] == [e["process"] for e in (doc["events"][i] for i in origin)]
