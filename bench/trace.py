@@ -174,7 +174,7 @@ def free_overhead(rounds: int, seconds: float, seed: int, trace_out: Path | None
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    ap.add_argument("--rounds", type=positive_int, default=2, help="gates per setting (overhead)")
+    ap.add_argument("--rounds", type=positive_int, default=2, help="gates per setting (overhead), free runs per setting (free)")
     ap.add_argument("--steps", type=positive_int, default=10_000, help="events of the long run")
     ap.add_argument("--seed", type=int, default=0, help="the long run's schedule seed")
     ap.add_argument("--free-seconds", type=float, default=0.5, help="seconds of each free run (free)")
@@ -217,7 +217,7 @@ def main(argv: list[str] | None = None) -> int:
     if "free" in parts:
         f = out["free"] = free_overhead(a.rounds, a.free_seconds, a.seed, a.free_trace_out)
         t = Table(title=f"recording in free runs of impl ({a.free_seconds} s each; 512-byte ring)")
-        for col in ("recorded", "verdict", "ops", "ops/s", "events"):
+        for col in ("recorded", "history check", "ops", "ops/s", "events"):
             t.add_column(col)
         for r in f["runs"]:
             t.add_row("yes" if r["record"] else "no", r["verdict"], str(r["ops"]), f"{r['ops_per_second']:.0f}",
