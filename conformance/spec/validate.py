@@ -137,7 +137,8 @@ class Validation:
                 "departure": None if d is None else {
                     "step": d.step, "event": d.event, "act": d.act, "recorded": d.recorded,
                     "describe": d.describe(), "states": [_jsonable(s) for s in d.states],
-                    "overlapping": [j for j, _ in d.overlapping]}}
+                    "overlapping": [{"event": j, "describe": line}
+                                    for (j, _), line in zip(d.overlapping, d.overlap_lines())]}}
 
 
 def load_trace(path: Path) -> dict[str, Any]:

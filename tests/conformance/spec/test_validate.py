@@ -541,7 +541,9 @@ def test_a_free_run_of_impl_departs_where_shmstore_tla_reclaims_in_one_step_and_
     ran = {j: (x["process"], x["at"], x["args"]["abs"]) for j, x in v.departure.overlapping}
     assert ran[246] == ("r1", "counter_increment", 12) and ran[248] == ("r1", "pin", 11)  # the ack, then the pin
     assert "14 step(s) of other processes ran while it did" in v.departure.describe()
-    assert v.to_json()["departure"]["overlapping"] == sorted(ran)
+    shown = v.to_json()["departure"]["overlapping"]
+    assert [o["event"] for o in shown] == sorted(ran)
+    assert next(o for o in shown if o["event"] == 248)["describe"].startswith("event 248: r1 left pin of get")
 
 
 def test_a_short_free_run_of_impl_without_reclaims_validates():
