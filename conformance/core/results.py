@@ -76,6 +76,10 @@ class Violation:
     """The seed of the run, or in a run of several seed units (``--seeds``)
     of the unit, that found it (its Hypothesis exploration and free-running
     load); None where no gate ran (a TLC or z3 counterexample)."""
+    trace: dict[str, Any] | None = field(default=None, repr=False, compare=False)
+    """A CONFORMANCE finding of ``--validate-traces``: the recorded run that
+    departs from the spec, as a trace document (``shmspec validate`` reads
+    it; the report writes it to ``traces/V<n>.json``); else None."""
 
     def calls(self) -> list[dict[str, Any]]:
         """What a replay needs: lockstep calls, or the exact schedule."""
@@ -98,7 +102,7 @@ class Violation:
         return cls(d["property"], d["message"], d["campaign"], int(d.get("round", 0)), list(d["steps"]),
                    dict(d["config"]), exc, d.get("concurrency", "off"), shrink_complete=d.get("shrink_complete"),
                    shrink_examples=d.get("shrink_examples"), occurrence=int(d.get("occurrence", 1)),
-                   protocol=d.get("protocol", "ringbuffer"), seed=d.get("seed"))
+                   protocol=d.get("protocol", "ringbuffer"), seed=d.get("seed"), trace=d.get("trace"))
 
     def to_json(self) -> dict[str, Any]:
         return {
@@ -119,6 +123,7 @@ class Violation:
             "construction": self.construction.to_json(),
             "protocol": self.protocol,
             "seed": self.seed,
+            **({"trace": self.trace} if self.trace is not None else {}),
         }
 
     @property

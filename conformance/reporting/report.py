@@ -415,10 +415,17 @@ def violation_text(n: int, v: Violation, descriptions: dict[str, str] | None = N
 def write_report(result: GateResult, report_dir: Path, started: str | None = None,
                  target_source: str | None = None, baseline: dict[str, Any] | None = None) -> Path:
     """Write report.json, report.html and (when there are violations)
-    repro_test.py into ``report_dir`` (created).  Returns the directory."""
+    repro_test.py into ``report_dir`` (created), and ``traces/V<n>.json``
+    for each finding that carries a recorded run (:attr:`Violation.trace`).
+    Returns the directory."""
     report_dir.mkdir(parents=True, exist_ok=True)
     started = started or _dt.datetime.now(_dt.timezone.utc).isoformat(timespec="seconds")
     data = report_json(result, started, target_source, baseline)
+    for i, v in enumerate(result.violations, 1):
+        if v.trace is not None:  # a recorded run that departs: shmspec validate reads the file
+            (report_dir / "traces").mkdir(exist_ok=True)
+            (report_dir / "traces" / f"V{i}.json").write_text(json.dumps(v.trace) + "\n")
+            data["violations"][i - 1]["trace_file"] = f"traces/V{i}.json"
     (report_dir / "report.json").write_text(json.dumps(data, indent=2, default=str) + "\n")
     from .page import page  # noqa: PLC0415
 

@@ -162,7 +162,8 @@ def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], 
         exc = SimpleNamespace(prop="CONFORMANCE", cause=f"spec/{v.departure.act}", action=v.departure.recorded["op"],
                               message=msg)
         res.violations.append(Violation("CONFORMANCE", msg, campaign, 0, steps,
-                                        {**config_to_json(base), "promises": True}, exc, concurrency="controlled"))
+                                        {**config_to_json(base), "promises": True}, exc, concurrency="controlled",
+                                        trace=traces[i][0]))
 
 
 def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:

@@ -579,3 +579,35 @@ def test_a_free_run_exports_as_itf_with_its_order_and_reads_back():
     steps, origin = spec_steps(doc)
     assert {"p", "lo", "hi", "nxt"} <= set(itf["vars"]) and steps_from_itf(itf) == (steps, origin)
     assert [st["p"] for st in steps] == [e["process"] for e in (doc["events"][i] for i in origin)]
+
+
+def test_a_departing_recorded_run_is_a_finding_whose_trace_the_report_keeps(tmp_path, capsys):
+    """A CONFORMANCE finding of ``--validate-traces`` carries the recorded run
+    (``Violation.trace``): report.json keeps it and names ``traces/V<n>.json``,
+    which ``shmspec validate`` checks to the same departure, so the finding
+    is reproducible from the report alone; ``shmspec merge`` reads it back."""
+    from shmspec.conformance.core.results import CampaignResult, GateResult, Violation
+    from shmspec.conformance.protocols.ringbuffer.campaigns import _validate_traces
+    from shmspec.conformance.reporting.report import write_report
+
+    target, config = load_target("impl"), SessionConfig()
+    with ProcessPool(target, config.readers) as pool:
+        session = ScheduledSession(pool, target, config, promises=True, record=True)
+        rich(Script(session, config))
+        session.finish()
+        doc, lanes = session.recorder.doc, [st.to_json() for st in session.trace]
+    i = next(i for i, e in enumerate(doc["events"]) if e.get("got") == "own")
+    doc["events"][i]["got"] = "other"  # as if the bytes had been another object's
+    res = CampaignResult("controlled", ["CONFORMANCE"], mode="controlled")
+    _validate_traces([(doc, lanes)], res, config, "controlled")
+    (v,) = res.violations
+    assert v.property == "CONFORMANCE" and v.trace is doc and f"event {i}:" in v.message
+    write_report(GateResult("impl", "impl", "ci", 0, [res], 1.0, concurrency="controlled"), tmp_path)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    (found,) = rep["violations"]
+    assert found["trace_file"] == "traces/V1.json" and found["trace"] == doc
+    assert Violation.from_json(found).trace == doc
+    capsys.readouterr()
+    assert main(["validate", str(tmp_path / "traces" / "V1.json"), "--report-dir", str(tmp_path / "v")]) == 1
+    again = json.loads((tmp_path / "v" / "validate.json").read_text())["traces"][0]["departure"]
+    assert again["event"] == i and again["act"] == "deserialize"
