@@ -18,12 +18,15 @@ EXIT_PASS, EXIT_FAIL, EXIT_ERROR, EXIT_UNKNOWN = ExitCode.PASS, ExitCode.FAIL, E
 
 def prepare_report_dir(path: Path) -> str | None:
     """Create ``path`` before the run (an unusable directory is found before
-    minutes of work, not after) and drop a previous run's files.  Returns an
-    error message or None."""
+    minutes of work, not after) and drop a previous run's files (its
+    report, repro and findings' recorded runs, ``traces/V<n>.json``).
+    Returns an error message or None."""
     try:
         path.mkdir(parents=True, exist_ok=True)
         for name in ("report.json", "report.html", "repro_test.py"):
             (path / name).unlink(missing_ok=True)
+        for old in path.glob("traces/V*.json"):  # a finding's recorded run (report.write_report)
+            old.unlink()
         probe = path / ".shmspec-write-test"
         probe.write_text("")
         probe.unlink()

@@ -611,3 +611,18 @@ def test_a_departing_recorded_run_is_a_finding_whose_trace_the_report_keeps(tmp_
     assert main(["validate", str(tmp_path / "traces" / "V1.json"), "--report-dir", str(tmp_path / "v")]) == 1
     again = json.loads((tmp_path / "v" / "validate.json").read_text())["traces"][0]["departure"]
     assert again["event"] == i and again["act"] == "deserialize"
+
+
+def test_a_report_folder_reused_loses_the_last_runs_recorded_findings(tmp_path):
+    """A run into a report folder another run wrote drops that run's
+    ``traces/V<n>.json`` with its report: a passing run leaves no departing
+    trace of an earlier one beside its own report."""
+    from shmspec.conformance.commands.finish import prepare_report_dir
+
+    (tmp_path / "traces").mkdir()
+    (tmp_path / "traces" / "V1.json").write_text("{}")
+    (tmp_path / "traces" / "mine.json").write_text("{}")  # not the report's: kept
+    (tmp_path / "report.json").write_text("{}")
+    assert prepare_report_dir(tmp_path) is None
+    assert not (tmp_path / "traces" / "V1.json").exists() and not (tmp_path / "report.json").exists()
+    assert (tmp_path / "traces" / "mine.json").exists()
