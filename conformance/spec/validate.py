@@ -92,23 +92,23 @@ class Departure:
     overlapping: list[tuple[int, dict[str, Any]]] = field(default_factory=list)
 
     def describe(self) -> str:
-        e = self.recorded
-        move = f"started {e['op']}" if e["kind"] == "start" else f"left {e['at']} of {e['op']}"
-        where = f"reached {e['to']}" if e["to"] else f"ended ({result_text(e.get('result'))})"
         more = (f"; {len(self.overlapping)} step(s) of other processes ran while it did"
                 if self.overlapping else "")
-        return (f"event {self.event}: {e['process']} {move} and {where}; the spec cannot take its step "
+        return (f"event {self.event}: {_moved(self.recorded)}; the spec cannot take its step "
                 f"{self.act!r} from the {len(self.states)} state(s) it reached before it{more}")
 
     def overlap_lines(self) -> list[str]:
         """One line per :attr:`overlapping` event."""
-        out = []
-        for j, x in self.overlapping:
-            move = f"started {x['op']}" if x["kind"] == "start" else f"left {x['at']} of {x['op']}"
-            where = f"reached {x['to']}" if x["to"] else f"ended ({result_text(x.get('result'))})"
-            args = f" {json.dumps(x['args'])}" if x.get("args") else ""
-            out.append(f"event {j}: {x['process']} {move}{args} and {where}")
-        return out
+        return [f"event {j}: {_moved(x, args=True)}" for j, x in self.overlapping]
+
+
+def _moved(e: dict[str, Any], args: bool = False) -> str:
+    """What the process of recorded event ``e`` did in its step (with
+    ``args``: the operation's arguments too)."""
+    move = f"started {e['op']}" if e["kind"] == "start" else f"left {e['at']} of {e['op']}"
+    where = f"reached {e['to']}" if e["to"] else f"ended ({result_text(e.get('result'))})"
+    shown = f" {json.dumps(e['args'])}" if args and e.get("args") else ""
+    return f"{e['process']} {move}{shown} and {where}"
 
 
 @dataclass
