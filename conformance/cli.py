@@ -110,7 +110,8 @@ def build_parser() -> argparse.ArgumentParser:
                         "and --readers this is the primary construction, and the constructions campaign runs "
                         "the others")
     c.add_argument("--validate-traces", action="store_true",
-                   help="record every session of the controlled campaign and check each recorded run against "
+                   help="record every session of the controlled campaign (with --concurrency free, one more "
+                        "free-running load) and check each recorded run against "
                         "tla/ShmStore.tla with TLC (a run the spec cannot take is a CONFORMANCE finding; the spec "
                         "actions the runs reached are printed); docs/trace-validation.md")
     c.add_argument("--readers", type=int, default=2, choices=range(1, MAX_READERS + 1), metavar="N",

@@ -563,7 +563,8 @@ class SingleWriterShmRingBuffer:
         the header); if true it goes and ``start`` moves forward (mod ``B``)
         to the next live chunk, or ``start = end = 0`` when none is left;
         if false, stop.  The ``free_step`` yield point comes before each
-        chunk's retirement is planned."""
+        chunk's retirement is planned (:meth:`free_buf`'s ``retire`` after
+        the last check)."""
         data = self.data_region
         B = self.data_buffer_size
         if nbytes is None:
@@ -638,6 +639,8 @@ class SingleWriterShmRingBuffer:
         self._require_writer("free buffers")
         plan = self.reclaim_plan(is_free_fn, nbytes)
         first_id = self.monotonic_id_start
+        if plan[0] and yieldpoints.HOOK is not None:
+            yieldpoints.HOOK("retire")
         if plan[0] or plan[1] is not None:
             (journal or self).apply("reclaim", plan)
         last_id = self.monotonic_id_start

@@ -900,6 +900,8 @@ class SingleWriterShmObjectStorage:
             live, size = self._validate(cand, address, monotonic_id)
             value = self._deserialize(address, size)
             self._ack(cand, live)
+            if live and yieldpoints.HOOK is not None:
+                yieldpoints.HOOK("unpin")
         finally:
             words[at] = 0
         return value

@@ -18,6 +18,9 @@ Read path (reader ``get`` / ``touch``):
 * ``deserialize``       -- before the serde deserializes (straight from shared
   memory, under the pin; or from the private copy).
 * ``counter_increment`` -- before the reader acknowledges its read in its slot.
+* ``unpin``             -- after an acknowledged read of a get without a lease
+  time, before the reader releases its pin (the writer may see the ack and
+  the pin at once; ShmStore.tla's ``unpin``).
 
 Write path (writer):
 
@@ -29,7 +32,10 @@ Write path (writer):
 * ``header_write``  -- before a new chunk's ``[id][chunk_size]`` header is written.
 * ``payload_write`` -- before ``[0][metadata][data]`` is written.
 * ``publish``       -- before ``abs_end`` is published in the control block.
-* ``free_step``     -- before one chunk is reclaimed (``abs_start`` advanced).
+* ``free_step``     -- after a reclaim found the oldest chunk not yet planned
+  reclaimable, before it plans its retirement (and checks the next one).
+* ``retire``        -- after the reclaim's last check, before the planned chunks
+  are retired (``abs_start`` advanced).
 * ``clear``         -- before ``clear()`` opens the drain window and publishes ``abs_start = abs_end``.
 """
 
@@ -44,7 +50,7 @@ OBSERVER = False
 hands control away): a wait then keeps its own pacing (``pin_wait`` spins,
 then sleeps) instead of the one round per call a scheduler's hook expects."""
 
-READ_POINTS = ("pin", "reader_check", "payload_read", "deserialize", "counter_increment")
-WRITE_POINTS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
+READ_POINTS = ("pin", "reader_check", "payload_read", "deserialize", "counter_increment", "unpin")
+WRITE_POINTS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "retire", "clear")
 # The names are the model's atomic steps (shmspec.model.steps); tests/impl/test_steps.py
 # checks that these tuples, the call sites in impl/ and the model agree.

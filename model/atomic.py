@@ -26,10 +26,13 @@ Profiles: ``hardened`` is impl/'s protocol, segment v2
 handle's allocation, then a fence), ``reader_check`` (live in the published
 window, or an intact chunk of the latest clear's drain window; the header's
 id), ``deserialize`` (in place, under the pin) and ``counter_increment`` (its
-own ack word, for a chunk that was live at the check); the pin is released by
-the get's last step.  The writer's put is ``pin_scan`` (plan, publish the
-kills, read the pins), ``pin_wait`` (blocked while a pin it found names a
-chunk no longer live), ``header_write``, ``payload_write``, ``publish``; a
+own ack word, for a chunk that was live at the check) and ``unpin`` (the pin
+released); a get whose check fails, or that read a drain chunk, releases its
+pin in that step instead.  The writer's put is ``pin_scan`` (plan, publish
+the kills, read the pins), ``pin_wait`` (blocked while a pin it found names a
+chunk no longer live), ``header_write``, ``payload_write``, ``publish``; its
+``free_unused`` is one ``free_step`` per chunk it plans to reclaim (each
+checks the next chunk), then ``retire`` (the planned chunks go at once); a
 chunk is reclaimable when every reader acknowledged it.  Otherwise vLLM
 0.11-0.33's (one id check against the header in shared memory, deserialize in
 place, count whatever sits at the handle's address; the put allocates at
@@ -56,8 +59,8 @@ NO_OBJ = 0
 GARBAGE = -1
 NO_HANDLE = (0, 0, 0, NO_OBJ)
 WRITER = "writer"
-READER_PCS = ("idle", "pinned", "checked", "read")
-WRITER_PCS = ("idle", "wait", "ready", "header", "payload", "freeing")
+READER_PCS = ("idle", "pinned", "checked", "read", "acked")
+WRITER_PCS = ("idle", "wait", "ready", "header", "payload", "freeing", "retire")
 VERDICTS = ("none", "live", "drain", "stale")
 
 
@@ -239,14 +242,20 @@ def reclaimable(cfg: Config, s: State, i: int) -> bool:
     return reads_complete(s.mem[c[1] % cfg.ring_units][2], 1, nr)
 
 
-def _reclaim(cfg: Config, s: State) -> State:
-    """impl's ``free_step``: plan the next chunk of the running reclaim; when
-    the one after it is not reclaimable (or there is none), apply every
-    planned chunk as :func:`.ring.free` does (``free_step`` per chunk,
-    ``renormalise`` at the end) and publish ``abs_start``."""
+def _plan(cfg: Config, s: State) -> State:
+    """impl's ``free_step``: plan the next chunk of the running reclaim and
+    check the one after it: while it is reclaimable the reclaim goes on
+    (``"freeing"``), else (or when there is none) it retires next
+    (``"retire"``)."""
     n = s.planned + 1
-    if n < len(s.chunks) and reclaimable(cfg, s, n):
-        return s._replace(planned=n, wpc="freeing")
+    return s._replace(planned=n, wpc="freeing" if n < len(s.chunks) and reclaimable(cfg, s, n) else "retire")
+
+
+def _retire(cfg: Config, s: State) -> State:
+    """impl's ``retire``: apply every planned chunk as :func:`.ring.free`
+    does (``free_step`` per chunk, ``renormalise`` at the end) and publish
+    ``abs_start``."""
+    n = s.planned
     B = cfg.ring_units
     chunks, start, end, id_start = list(s.chunks), s.start, s.end, s.id_start
     for _ in range(n):
@@ -318,7 +327,9 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
                            puts=s.puts + 1, pend=())
         yield Step("publish", WRITER, (("abs", ab),)), t
     if cfg.hardened and (s.wpc == "freeing" or s.wpc == "idle" and s.chunks and reclaimable(cfg, s, 0)):
-        yield Step("free_step", WRITER, (("abs", s.chunks[s.planned][0]),)), _reclaim(cfg, s)
+        yield Step("free_step", WRITER, (("abs", s.chunks[s.planned][0]),)), _plan(cfg, s)
+    elif cfg.hardened and s.wpc == "retire":
+        yield Step("retire", WRITER, (("abs", s.chunks[s.planned - 1][0]),)), _retire(cfg, s)
     elif not cfg.hardened and s.wpc == "idle" and s.chunks:
         head = s.chunks[0]
         if head[3] == s.id_start and reclaimable(cfg, s, 0):
@@ -405,7 +416,10 @@ def _hardened_reader(cfg: Config, s: State, i: int, r: str) -> Iterator[tuple[St
             yield Step("deserialize", r), _unpin(s, i, got=got)
     elif pc == "read":
         k = owner(cfg, s, s.hd[i][0])
-        yield Step("counter_increment", r), _unpin(s, i, acks=_set2(s.acks, i, k, s.acks[i][k] + 1))
+        yield Step("counter_increment", r), s._replace(acks=_set2(s.acks, i, k, s.acks[i][k] + 1),
+                                                        pc=_set(s.pc, i, "acked"))
+    elif pc == "acked":
+        yield Step("unpin", r), _unpin(s, i)
 
 
 # ---------------------------------------------------------------- properties

@@ -16,6 +16,7 @@ READ_STEPS: dict[str, str] = {
     "payload_read": "a reader copies the chunk's payload bytes out of shared memory",
     "deserialize": "a reader turns payload bytes into an object",
     "counter_increment": "a reader counts its read: impl in its own ack word, vLLM in the in-band reader_count under the lock",
+    "unpin": "a reader that acknowledged its read releases its hazard pin (impl)",
 }
 """Steps of a reader's ``get`` (``touch`` stops after its checks)."""
 
@@ -25,7 +26,8 @@ WRITE_STEPS: dict[str, str] = {
     "header_write": "the writer writes a new chunk's [id][chunk_size] header",
     "payload_write": "the writer writes [reader_count=0][metadata][data]",
     "publish": "the writer makes the new chunk visible to readers (abs_end)",
-    "free_step": "the writer reclaims the oldest chunk (abs_start advances)",
+    "free_step": "the writer plans to reclaim the oldest chunk not yet planned (impl), or reclaims it (vLLM)",
+    "retire": "the writer retires the chunks it planned to reclaim (abs_start advances, impl)",
     "clear": "the writer drops every chunk at once (abs_start = abs_end)",
 }
 """Steps of the writer's ``put``, ``free_unused`` and ``clear``."""

@@ -68,12 +68,14 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
             tasks, at ``address``; None starts one on this machine for the
             run) or a :class:`~shmspec.conformance.runner.executors.RayExecutor`;
             the same seeds give the same findings on either (docs/gate.md#ray).
-        validate_traces: the controlled campaign records each session and
-            TLC checks every recorded run against tla/ShmStore.tla
-            (docs/trace-validation.md): a run the spec cannot take is a
-            CONFORMANCE finding; the campaign's ``rates["spec_validation"]``
-            says which spec actions the runs reached.  Ring-buffer targets,
-            controlled concurrency, java on the machine that runs the unit.
+        validate_traces: the controlled campaign records each session (the
+            free-running campaign, with ``concurrency="free"``, one more
+            load of 600 writer operations) and TLC checks every recorded
+            run against tla/ShmStore.tla (docs/trace-validation.md): a run
+            the spec cannot take is a CONFORMANCE finding; the campaign's
+            ``rates["spec_validation"]`` says which spec actions the runs
+            reached.  Ring-buffer targets, controlled or free concurrency,
+            java on the machine that runs the unit.
 
     Returns:
         The :class:`GateResult` (``verdict``, ``properties``, ``violations``).
@@ -121,9 +123,9 @@ def check(target: "str | LoadedTarget", *, profile: str = "ci", seed: int | None
     if protocol.name == "arena" and start_method != "fork":
         raise UsageError("the arena's campaigns build the writer and readers in one process (and fork one reader "
                          "for the fault scenario): --start-method does not apply")
-    if validate_traces and (protocol.name != "ringbuffer" or concurrency not in (None, "controlled")):
-        raise UsageError("--validate-traces records the ring-buffer store's controlled campaign: it needs a "
-                         "ring-buffer target and --concurrency controlled")
+    if validate_traces and (protocol.name != "ringbuffer" or concurrency not in (None, "controlled", "free")):
+        raise UsageError("--validate-traces records the ring-buffer store's controlled or free-running campaign: it "
+                         "needs a ring-buffer target and --concurrency controlled or free")
     config = Construction(bool(writer_lock), start_method, readers).config(SessionConfig())
     if validate_traces:
         from dataclasses import replace as _replace

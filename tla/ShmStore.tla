@@ -85,7 +85,7 @@ VARIABLES
     idEnd,        \* id the next chunk gets
     chunks,       \* live chunks, oldest first: [abs, addr, size, id, key]
     mem,          \* physical unit -> [id, size, cnt, obj]
-    wpc,          \* the writer: "idle" | "wait" | "ready" | "header" | "payload" | "freeing"
+    wpc,          \* the writer: "idle" | "wait" | "ready" | "header" | "payload" | "freeing" | "retire"
     pubStart,     \* published window of absolute allocation counters
     pubEnd,       \*   (impl's control block; readers of vLLM ignore it)
     puts,         \* allocations so far (absolute counter)
@@ -95,7 +95,7 @@ VARIABLES
     wwait,        \* Hardened: readers whose pin on a chunk no longer live the writer waits for
     planned,      \* Hardened: chunks the running free_unused planned to reclaim
     drainLo, drainHi, drainHw,  \* Hardened: the drain window of the latest clear
-    pc,           \* reader -> "idle" | "pinned" | "checked" | "read"
+    pc,           \* reader -> "idle" | "pinned" | "checked" | "read" | "acked"
     hd,           \* reader -> the handle of its current get
     hsz,          \* reader -> the chunk size it read from the header
     got,          \* reader -> what its current get deserialized
@@ -130,11 +130,11 @@ TypeOK ==
     /\ idStart \in Ids /\ idEnd \in Ids /\ puts \in 0..MaxPuts /\ clearAt \in 0..MaxPuts
     /\ \A i \in DOMAIN chunks : chunks[i] \in Chunk
     /\ mem \in [Units -> Cell]
-    /\ wpc \in {"idle", "wait", "ready", "header", "payload", "freeing"} /\ planned \in 0..MaxPuts
+    /\ wpc \in {"idle", "wait", "ready", "header", "payload", "freeing", "retire"} /\ planned \in 0..MaxPuts
     /\ pubStart \in 0..MaxPuts /\ pubEnd \in 0..MaxPuts /\ issued \subseteq Handle
     /\ pend \in Seq(Chunk) /\ Len(pend) <= 1 /\ wwait \subseteq Readers
     /\ drainLo \in 0..MaxPuts /\ drainHi \in 0..MaxPuts /\ drainHw \in 0..RingUnits
-    /\ pc \in [Readers -> {"idle", "pinned", "checked", "read"}]
+    /\ pc \in [Readers -> {"idle", "pinned", "checked", "read", "acked"}]
     /\ hd \in [Readers -> Handle \cup {NoHandle}] /\ hsz \in [Readers -> 0..RingUnits]
     /\ got \in [Readers -> Objs] /\ floor \in [Readers -> 0..MaxPuts]
     /\ starts \in [Readers -> [Abs -> 0..MaxReads]]
@@ -263,31 +263,21 @@ Freed(n) == SumOver([i \in 1..n |-> chunks[i].size], 1..n)
 
 \* FIFO free (model/ring.py free).  vLLM: one iteration of the free loop, the
 \* oldest chunk goes once its reads are complete.  impl: free_unused plans
-\* the chunks it reclaims, oldest first, one free_step each while the next
-\* is reclaimable when the loop gets there (and fewer than FreeBound units
-\* are planned), and its last free_step applies
-\* them all (the writer's ring, then abs_start published); planned counts
-\* those planned before
+\* the chunks it reclaims, oldest first, one free_step each: a free_step
+\* plans one chunk and checks the next; while that one is reclaimable when
+\* the loop gets there (and fewer than FreeBound units are planned) the
+\* next free_step plans it, else the reclaim goes on to retire; planned
+\* counts those planned before
 free_step ==
     IF Hardened
     THEN /\ \/ wpc = "idle" /\ chunks # <<>> /\ Reclaimable(1)
             \/ wpc = "freeing"
          /\ LET n == planned + 1 IN
-            IF n < Len(chunks) /\ Freed(n) < FreeBound /\ Reclaimable(n + 1)
-            THEN /\ planned' = n /\ wpc' = "freeing"
-                 /\ UNCHANGED <<start, end, idStart, chunks, pubStart>>
-            ELSE /\ planned' = 0 /\ wpc' = "idle"
-                 /\ chunks' = SubSeq(chunks, n + 1, Len(chunks))
-                 /\ idStart' = (idStart + n) % IdMod
-                 /\ pubStart' = chunks[n].abs + 1
-                 /\ IF n < Len(chunks)
-                    THEN LET s1 == start + ((chunks[n + 1].addr - start) % RingUnits) IN
-                         IF s1 >= RingUnits
-                         THEN start' = s1 - RingUnits /\ end' = end - RingUnits
-                         ELSE start' = s1 /\ end' = end
-                    ELSE start' = 0 /\ end' = 0
-         /\ UNCHANGED <<idEnd, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait,
-                        readerVars>>
+            /\ planned' = n
+            /\ wpc' = IF n < Len(chunks) /\ Freed(n) < FreeBound /\ Reclaimable(n + 1)
+                      THEN "freeing" ELSE "retire"
+         /\ UNCHANGED <<start, end, idStart, chunks, pubStart, idEnd, pubEnd, puts, issued, clearAt, pend,
+                        drainLo, drainHi, drainHw, mem, wwait, readerVars>>
     ELSE /\ wpc = "idle" /\ chunks # <<>>
          /\ Head(chunks).id = idStart
          /\ Reclaimable(1)
@@ -303,6 +293,24 @@ free_step ==
          /\ pubStart' = Head(chunks).abs + 1
          /\ UNCHANGED <<idEnd, wpc, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait,
                         planned, readerVars>>
+
+
+\* impl: the planned chunks retire at once (the writer's ring, then
+\* abs_start published)
+retire ==
+    /\ Hardened /\ wpc = "retire"
+    /\ LET n == planned IN
+       /\ chunks' = SubSeq(chunks, n + 1, Len(chunks))
+       /\ idStart' = (idStart + n) % IdMod
+       /\ pubStart' = chunks[n].abs + 1
+       /\ IF n < Len(chunks)
+          THEN LET s1 == start + ((chunks[n + 1].addr - start) % RingUnits) IN
+               IF s1 >= RingUnits
+               THEN start' = s1 - RingUnits /\ end' = end - RingUnits
+               ELSE start' = s1 /\ end' = end
+          ELSE start' = 0 /\ end' = 0
+    /\ planned' = 0 /\ wpc' = "idle"
+    /\ UNCHANGED <<idEnd, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait, readerVars>>
 
 \* drop every chunk; ids reset to 0 before vLLM 0.32, kept after; impl opens
 \* the drain window of the dropped chunks
@@ -395,24 +403,29 @@ Based == IF wpc \in {"ready", "header", "payload"} /\ Hardened THEN puts ELSE pu
 Owner(k) == k + ((Based - k) \div MaxChunks) * MaxChunks
 
 \* vLLM, under the reader lock: count at the handle's address whatever sits
-\* there; impl: the reader's own ack word of the handle's allocation, then
-\* the pin is released
+\* there; impl: the reader's own ack word of the handle's allocation (the
+\* pin stays up until unpin)
 counter_increment(r) ==
     /\ pc[r] = "read"
     /\ IF Hardened
-       THEN /\ acks' = [acks EXCEPT ![r][Owner(hd[r].abs)] = @ + 1] /\ Unpin(r)
+       THEN /\ acks' = [acks EXCEPT ![r][Owner(hd[r].abs)] = @ + 1] /\ pc' = [pc EXCEPT ![r] = "acked"]
             /\ UNCHANGED mem
        ELSE /\ mem' = [mem EXCEPT ![Phys(hd[r].addr)].cnt = @ + 1]
             /\ pc' = [pc EXCEPT ![r] = "idle"]
-            /\ UNCHANGED <<wwait, pins, verdict, acks, hsz>>
-    /\ UNCHANGED <<writerVars, hd, got, floor, starts>>
+            /\ UNCHANGED acks
+    /\ UNCHANGED <<writerVars, wwait, hd, hsz, got, floor, starts, pins, verdict>>
+
+\* impl: an acknowledged get ends, its pin released
+unpin(r) ==
+    /\ Hardened /\ pc[r] = "acked" /\ Unpin(r)
+    /\ UNCHANGED <<writerVars, mem, hd, got, floor, starts, acks>>
 
 \* the spec's actions are the model's atomic steps (shmspec/model/steps.py)
 Next ==
     \/ \E k \in Keys, n \in Sizes : pin_scan(k, n) \/ header_write(k, n)
-    \/ pin_wait \/ payload_write \/ publish \/ free_step \/ clear
+    \/ pin_wait \/ payload_write \/ publish \/ free_step \/ retire \/ clear
     \/ \E r \in Readers :
-         \/ pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r)
+         \/ pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r) \/ unpin(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -425,12 +438,12 @@ Spec == Init /\ [][Next]_vars
 AllReaders == Readers
 AllButOneReader == Readers \ {CHOOSE r \in Readers : TRUE}
 FairReaders == AllReaders
-ReaderStep(r) == pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r)
+ReaderStep(r) == pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r) \/ unpin(r)
 \* the writer finishes what it starts and reclaims what it can (weak
 \* fairness: a step continuously enabled is eventually taken); it need
 \* not put or clear again
 Fairness ==
-    /\ WF_vars(free_step) /\ WF_vars(pin_wait) /\ WF_vars(payload_write) /\ WF_vars(publish)
+    /\ WF_vars(free_step) /\ WF_vars(retire) /\ WF_vars(pin_wait) /\ WF_vars(payload_write) /\ WF_vars(publish)
     /\ WF_vars(\E k \in Keys, n \in Sizes : header_write(k, n) /\ wpc # "idle")
     /\ \A r \in FairReaders : WF_vars(ReaderStep(r))
 FairSpec == Spec /\ Fairness

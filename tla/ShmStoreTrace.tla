@@ -72,11 +72,13 @@ Take(e) ==
       [] e.act = "payload_write"     -> payload_write
       [] e.act = "publish"           -> publish
       [] e.act = "free_step"         -> free_step
+      [] e.act = "retire"            -> retire
       [] e.act = "clear"             -> clear
       [] e.act = "pin"               -> \E h \in issued : h.abs = e.abs /\ PinOf(e.r, h)
       [] e.act = "reader_check"      -> reader_check(e.r)
       [] e.act = "deserialize"       -> deserialize(e.r)
       [] e.act = "counter_increment" -> counter_increment(e.r)
+      [] e.act = "unpin"             -> unpin(e.r)
 
 \* (IF, not \/: TLC takes each disjunct of an action as a step of its own)
 Observed(e) ==

@@ -148,7 +148,7 @@ def store_admissible(cfg: Config, freeing: bool, step: Step) -> bool:
     """
     if not freeing:
         return True
-    return step.process != WRITER or step.name == "free_step"
+    return step.process != WRITER or step.name in ("free_step", "retire")
 
 
 def _free_enabled(cfg: Config, s: State) -> bool:

@@ -53,8 +53,8 @@ SEVERITY = _SEVERITY
 when one step breaks several properties, the most severe is raised first."""
 
 INTERRUPT_POINTS: dict[str, tuple[str, ...]] = {
-    "put": ("free_step", "pin_scan", "header_write", "payload_write", "publish"),
-    "free_unused": ("free_step",),
+    "put": ("free_step", "retire", "pin_scan", "header_write", "payload_write", "publish"),
+    "free_unused": ("free_step", "retire"),
     "clear": ("clear",),
 }
 """The write yield points (model/steps.py) at which the exception campaign

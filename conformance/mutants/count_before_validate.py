@@ -63,6 +63,8 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
                 words[self._ack_at + cand % self._max_chunks] += 1
                 live, size = self._validate(cand, address, monotonic_id)
                 value = self._deserialize(address, size)
+                if live and yieldpoints.HOOK is not None:
+                    yieldpoints.HOOK("unpin")
             finally:
                 words[at] = 0
         return value

@@ -47,6 +47,8 @@ class SingleWriterShmObjectStorage(_impl.SingleWriterShmObjectStorage):
                     if yieldpoints.HOOK is not None:
                         yieldpoints.HOOK("counter_increment")
                     words[self._ack_at + cand % self._max_chunks] += 1
+                    if yieldpoints.HOOK is not None:
+                        yieldpoints.HOOK("unpin")
             finally:
                 words[at] = 0
         return value

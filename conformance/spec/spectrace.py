@@ -30,6 +30,10 @@ payload_write       to ``publish``                   nothing (done by the put)
 publish             to the end of the put            nothing (done by the put)
 free_step           ``free_unused`` (started if      ``free_unused``, whole
                     idle) past one ``free_step``
+                    (for a vLLM behaviour, and past
+                    ``retire``)
+retire              past ``retire``, to the end of   (no such step)
+                    ``free_unused``
 clear               the whole ``clear()``            the whole ``clear()``
 pin(r, h)           ``get(h)`` started, past         (no such step)
                     ``pin``
@@ -42,7 +46,9 @@ deserialize(r)      past ``deserialize``             past ``deserialize``
 payload_read(r)     (a vLLM behaviour's step: past   past ``deserialize`` (in place)
                     ``deserialize``)
 counter_increment   past ``counter_increment``       lock, count, unlock
-                    (the ack; the pin is released)
+                    (the ack)
+unpin(r)            past ``unpin`` (the pin is       (no such step)
+                    released)
 ==================  ===============================  ==============================
 
 A target's read path is chosen by its profile: ``lenient_stale`` profiles
@@ -51,8 +57,8 @@ check, deserialize under the pin and acknowledge.  A step that starts a get
 carries its handle.  impl's writer pauses at ``pin_wait`` while a pin it found
 names a chunk that is no longer live; its ``free_unused`` reclaims every chunk
 that is reclaimable when it gets there: after one spec ``free_step`` the
-writer stays paused before its next ``free_step`` (if any), and the next
-writer step of another kind first runs ``free_unused`` to its end.
+writer stays paused before its next ``free_step`` or its ``retire``, and the
+next writer step of another kind first runs ``free_unused`` to its end.
 
 Observations.  While the spec's writer is inside a put the ring is compared
 as both kinds of writer show it: ``start``, ``id_start`` and the published
@@ -101,12 +107,12 @@ holds its 4-byte allocation number)."""
 HEADER_BYTES = 8
 """The store's chunk header, ``[id: int32][chunk_size: int32]``."""
 
-WRITE_BEGINS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear")
+WRITE_BEGINS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "retire", "clear")
 """Writer yield points where a spec step begins (lock points are inside steps)."""
 WRITE_ACTIONS = WRITE_BEGINS
 """The spec's writer actions."""
 PINNED_READ = (("pin", "pin"), ("check", "reader_check"), ("deserialize", "deserialize"),
-               ("counter_increment", "counter_increment"))
+               ("counter_increment", "counter_increment"), ("unpin", "unpin"))
 """impl's read path (segment v2, a serde that does not keep its buffer, as
 the harness's): each spec read step and the yield point it begins at."""
 PINNED_ALIASES = {"payload_read": "deserialize"}
@@ -225,9 +231,10 @@ def expected(cfg: Config, before: State, after: State, step: Step) -> Observatio
         if step.name == "free_step":
             if not cfg.hardened:
                 return Observation(f"freed id {before.chunks[0][3]}", ring)
-            if after.wpc == "freeing":
-                return Observation(f"plans id {before.chunks[before.planned][3]}", ring)
-            ids = [c[3] for c in before.chunks[:before.planned + 1]]
+            last = ", the last" if after.wpc == "retire" else ""
+            return Observation(f"plans id {before.chunks[before.planned][3]}{last}", ring)
+        if step.name == "retire":
+            ids = [c[3] for c in before.chunks[:before.planned]]
             return Observation(f"freed id{'s' if len(ids) > 1 else ''} {', '.join(map(str, ids))}", ring)
         return Observation("cleared", ring)
     i = cfg.readers.index(step.process)
@@ -238,6 +245,8 @@ def expected(cfg: Config, before: State, after: State, step: Step) -> Observatio
         return Observation("passed" if after.pc[i] != "idle" else "stale", ring)
     if kind == "counter_increment":
         return Observation("counted", ring)
+    if kind == "unpin":
+        return Observation("unpinned", ring)
     return Observation(f"deserialized {obj_name(after.got[i])}", ring)
 
 
@@ -302,7 +311,9 @@ def recover_step(cfg: Config, before: State, after: State, action: str) -> Step:
             c = atomic.current(cfg, after)
             return Step(action, WRITER, (("key", c[4]), ("size", c[2])))
         if action == "free_step":
-            return Step(action, WRITER, (("abs", before.chunks[0][0]),))
+            return Step(action, WRITER, (("abs", before.chunks[before.planned if cfg.hardened else 0][0]),))
+        if action == "retire":
+            return Step(action, WRITER, (("abs", before.chunks[before.planned - 1][0]),))
         if action in ("clear", "pin_wait"):
             return Step(action, WRITER)
         return Step(action, WRITER, (("abs", atomic.current(cfg, before)[0]),))
@@ -536,7 +547,7 @@ class _Run:
         name = step.name
         starts_put = name == "pin_scan" or (name == "header_write" and not self.cfg.hardened)
         if starts_put or name == "clear":
-            if point == "free_step":  # impl's greedy free_unused: run it to its end first
+            if point in ("free_step", "retire"):  # impl's greedy free_unused: run it to its end first
                 self._drain_writer()
             elif point is not None:
                 return f"the writer is paused at {point}"
@@ -585,7 +596,14 @@ class _Run:
                 return "no handle returned"
             return f"handle h{self.put_abs} = ({self._units(self.put_handle[0])}, {self._id(self.put_handle[1])})"
         # free_step: impl's free_unused pauses before it plans each chunk it
-        # reclaims and applies them all at its end; vLLM's runs whole
+        # reclaims, and at retire before it applies them all; vLLM's runs whole
+        if name == "retire":
+            if point != "retire":
+                return f"the writer is {'paused at ' + point if point else 'idle'}, not at retire"
+            out = self._to_begin(WRITER, self._exec(WRITER, "advance"), WRITE_BEGINS)
+            if (err := self._error(out)) is not None:
+                return err
+            return self._freed()
         if point is None:
             snap = self.session.snap
             self.reclaiming, self.planned = ([c.id for c in snap.chunks] if snap is not None else []), 0
@@ -595,10 +613,18 @@ class _Run:
         elif point != "free_step":
             return f"the writer is paused at {point}"
         if self._point(WRITER) == "free_step":
-            out = self._to_begin(WRITER, self._exec(WRITER, "advance"), ("free_step",))
+            # a vLLM behaviour frees a chunk per step: impl's retire is passed through
+            stops = ("free_step", "retire") if self.cfg.hardened else ("free_step",)
+            out = self._to_begin(WRITER, self._exec(WRITER, "advance"), stops)
             self.planned += 1
             if out.result is None and self.planned <= len(self.reclaiming):
-                return f"plans id {self._id(self.reclaiming[self.planned - 1])}"
+                last = ", the last" if self._point(WRITER) == "retire" else ""
+                return f"plans id {self._id(self.reclaiming[self.planned - 1])}{last}"
+        return self._freed()
+
+    def _freed(self) -> str:
+        """What the target's reclaim retired: the ids it held when it started
+        that its ring no longer holds."""
         snap = self.session.snap
         left = {c.id for c in snap.chunks} if snap is not None else set()
         freed = [self._id(i) for i in self.reclaiming if i not in left]
@@ -644,6 +670,8 @@ class _Run:
             base = "passed"
         elif kind == "counter_increment":
             base = "counted"
+        elif kind == "unpin":
+            base = "unpinned"
         else:
             return f"deserialized {got or 'nothing'}"
         return base + (f" (deserialized {got})" if got else "")

@@ -28,9 +28,15 @@ leaves ``pin_scan``             ``scan``: the spec's ``pin_scan(k, n)``, taken
 leaves ``pin_wait``             ``pin_wait`` when it reaches ``header_write``,
                                 ``wait_more`` when it waits again
 leaves ``header_write`` ...     the action of that name (``payload_write``,
-                                ``publish``, ``free_step``, ``clear``, ``pin``,
-                                ``reader_check``, ``deserialize``,
-                                ``counter_increment``)
+                                ``publish``, ``free_step``, ``retire``,
+                                ``clear``, ``pin``, ``reader_check``,
+                                ``deserialize``, ``counter_increment``,
+                                ``unpin``)
+leaves ``free_step`` for        ``free_step`` then ``retire``, both in its
+neither ``free_step`` nor       interval (a store without impl's ``retire``
+``retire``                      yield point)
+leaves ``counter_increment``    ``counter_increment`` then ``unpin`` (a store
+for anything but ``unpin``      without impl's ``unpin`` yield point)
 ==============================  =============================================
 
 Units: one spec unit is one byte (``RingUnits`` is the data region's bytes,
@@ -60,8 +66,8 @@ ID_MOD = 2**31 - 1
 FIELDS = ("act", "r", "key", "size", "abs", "hid", "haddr", "wpc", "pc", "got", "hasRing", "ring",
           "scanOpen", "scanKey", "scanSize", "p", "lo", "hi", "nxt")
 """Every ``TraceLog`` record has these fields (tla/ShmStoreTrace.tla)."""
-SPEC_ACTIONS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "clear", "pin",
-                "reader_check", "deserialize", "counter_increment")
+SPEC_ACTIONS = ("pin_scan", "pin_wait", "header_write", "payload_write", "publish", "free_step", "retire", "clear",
+                "pin", "reader_check", "deserialize", "counter_increment", "unpin")
 """The actions of ShmStore.tla's impl protocol (``Hardened``) a recorded run
 can take, in the spec's order: :attr:`Validation.actions` counts them (and
 ``none``, ``wait_more`` and ``refused``, the steps that take no spec action)."""
@@ -204,10 +210,11 @@ def firsts(steps: list[dict[str, Any]], readers: list[str]) -> dict[str, int]:
     return out
 
 
-_PC_AT = {"pin": "idle", "reader_check": "pinned", "deserialize": "checked", "counter_increment": "read", None: "idle"}
+_PC_AT = {"pin": "idle", "reader_check": "pinned", "deserialize": "checked", "counter_increment": "read",
+          "unpin": "acked", None: "idle"}
 """A reader paused before this yield point (None: its get ended) is at this spec pc."""
 _WRITER_WPC = {"pin_wait": "wait", "header_write": "ready", "payload_write": "header", "publish": "payload",
-               "free_step": "freeing", "pin_scan": "idle", None: "idle"}
+               "free_step": "freeing", "retire": "retire", "pin_scan": "idle", None: "idle"}
 
 
 def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
@@ -243,8 +250,14 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
             act = "none" if kind == "start" else {"pin_scan": "scan", "pin_wait": "pin_wait"}.get(at, at)
             if act == "pin_wait" and to == "pin_wait":
                 act = "wait_more"
+            wpc = _WRITER_WPC.get(to, "")
+            if act == "free_step" and to not in ("free_step", "retire"):
+                # a store without impl's retire yield point: its last free_step
+                # retires too, in the same interval
+                add(i, _step(act="free_step", wpc="retire"))
+                act = "retire"
             if act not in ("none", "scan", "pin_wait", "wait_more", "header_write", "payload_write", "publish",
-                           "free_step", "clear"):
+                           "free_step", "retire", "clear"):
                 raise TraceFormatError(f"event {i}: the writer left yield point {at!r}, which ShmStore.tla has no step for")
             extra: dict[str, Any] = {}
             if act == "publish" and "handle" in res:
@@ -252,7 +265,6 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
                 extra = {"abs": res["abs"], "hid": id_ % ID_MOD, "haddr": address % B}
             elif act == "publish":  # a put that raised at its last step: the spec's publish always issues a handle
                 extra = {"abs": -1}
-            wpc = _WRITER_WPC.get(to, "")
             if act == "none" and to is not None:
                 wpc = ""  # an operation's start reaches its first yield point: the spec's writer is idle still
             add(i, _step(act=act, wpc=wpc, **put, **extra, **ring))
@@ -275,6 +287,10 @@ def spec_steps(doc: dict[str, Any]) -> tuple[list[dict[str, Any]], list[int]]:
             if at not in _PC_AT or at is None or to not in _PC_AT:
                 raise TraceFormatError(f"event {i}: {r} went from {at!r} to {to!r}: no yield point of impl's read path")
             s = _step(act=at, r=r, pc=_PC_AT[to], got=e.get("got", ""))
+            if at == "counter_increment" and to != "unpin":
+                # a store without impl's unpin yield point: the ack's step unpins too
+                add(i, _step(act="counter_increment", r=r, pc="acked"))
+                s = _step(act="unpin", r=r, pc=_PC_AT[to])
             if at == "pin":
                 s["abs"] = e["args"]["abs"]
             add(i, s)

@@ -15,7 +15,7 @@ import time
 from dataclasses import replace
 from typing import Any, Callable
 
-from ...concurrency.freerun import free_config, run_free
+from ...concurrency.freerun import FreeLoad, free_config, run_free
 from ...concurrency.history import LIN_PROPERTIES
 from ...concurrency.procs import ProcessPool, ScheduleError
 from ...concurrency.schedule import CHECKS as SCHEDULED_CHECKS
@@ -112,8 +112,9 @@ soon, 2026-12-07: dup_overwrite)."""
 
 
 def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], res: CampaignResult,
-                     base: SessionConfig, campaign: str) -> None:
-    """The controlled campaign's recorded sessions checked against
+                     base: SessionConfig, campaign: str, concurrency: str = "controlled") -> None:
+    """The controlled campaign's recorded sessions (or the free-running
+    campaign's recorded run, ``concurrency="free"``: no lanes) checked against
     tla/ShmStore.tla (:func:`~shmspec.conformance.spec.validate.validate_with_coverage`,
     docs/trace-validation.md): ``res.rates["spec_validation"]``, and a
     CONFORMANCE finding for the first run TLC rejects, its lanes marked at
@@ -162,7 +163,7 @@ def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], 
         exc = SimpleNamespace(prop="CONFORMANCE", cause=f"spec/{v.departure.act}", action=v.departure.recorded["op"],
                               message=msg)
         res.violations.append(Violation("CONFORMANCE", msg, campaign, 0, steps,
-                                        {**config_to_json(base), "promises": True}, exc, concurrency="controlled",
+                                        {**config_to_json(base), "promises": True}, exc, concurrency=concurrency,
                                         trace=traces[i][0]))
 
 
@@ -255,26 +256,57 @@ def _run_free(target: LoadedTarget, gp: Any, seed: int, base: SessionConfig,
     t0 = time.monotonic()
     n = len(base.readers)
     config = free_config(n_readers=n, writer_lock=base.writer_lock, start_method=base.start_method)
+    excused = {e for e in base.excused if e.startswith("CONFORMANCE@")}
     try:
-        res.rates = _free_load(target, config, gp.free_seconds, seed, res, "free-running",
-                               {e for e in base.excused if e.startswith("CONFORMANCE@")})
+        res.rates = _free_load(target, config, gp.free_seconds, seed, res, "free-running", excused)
+        if base.record:
+            _record_free(target, base, seed, res, excused)
     except ScheduleError as exc:
         res.error = f"{type(exc).__name__}: {exc}"
     res.seconds = time.monotonic() - t0
     return res
 
 
+RECORDED_FREE_OPS = 600
+"""Writer operations of the free-running campaign's recorded run (work, not
+time: a run of 0.3 s gave 3,700-9,000 events, TLC 12-25 s, 2026-12-07)."""
+RECORDED_FREE_SECONDS = 10.0
+"""The recorded run's bound in seconds, should its operations take longer."""
+
+
+def _record_free(target: LoadedTarget, base: SessionConfig, seed: int, res: CampaignResult,
+                 excused: set[str]) -> None:
+    """With ``base.record`` (``--validate-traces``): one more free-running
+    load, recorded (:func:`.freerun.run_free`), of :data:`RECORDED_FREE_OPS`
+    writer operations in a 512-byte ring with objects of at most 96 bytes
+    (it wraps and reclaims), no zero-copy reads (ShmStore.tla has no
+    lease); its history's findings as the campaign's (their messages start
+    "recorded run: "), and the run checked against ShmStore.tla
+    (:func:`_validate_traces`): ``res.rates["recorded_run"]`` and
+    ``res.rates["spec_validation"]``."""
+    n = len(base.readers)
+    config = free_config(n_readers=n, data_buffer_size=512, max_object_size=96, writer_lock=base.writer_lock,
+                         start_method=base.start_method)
+    rec = _free_load(target, config, RECORDED_FREE_SECONDS, seed, res, "free-running", excused, "recorded run: ",
+                     FreeLoad(p_zero_copy=0.0, max_ops=RECORDED_FREE_OPS), record=True)
+    trace = rec.pop("trace")
+    res.rates["recorded_run"] = rec
+    _validate_traces([(trace, [])], res, config, "free-running", concurrency="free")
+
+
 def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed: int, res: CampaignResult,
-               campaign: str, excused: set[str] | frozenset[str], prefix: str = "") -> dict[str, Any]:
+               campaign: str, excused: set[str] | frozenset[str], prefix: str = "", load: FreeLoad | None = None,
+               record: bool = False) -> dict[str, Any]:
     """One free-running load: its findings (the first of each property not
     in ``excused``; ``prefix`` starts their messages) appended to ``res.violations``, ``res`` marked completed
-    or unknown, its examples and steps added; returns its rates.
+    or unknown, its examples and steps added; returns its rates (with
+    ``record``, and ``"trace"``: the run's trace document).
 
     Raises:
         ScheduleError: a process did not start, finish or report in time.
     """
     n = config.n_readers
-    fr = run_free(target, config, seconds, n, seed)
+    fr = run_free(target, config, seconds, n, seed, load=load or FreeLoad(), record=record)
     res.examples += 1
     res.steps += fr.ops
     cfg = {**config_to_json(config), "free_seconds": seconds, "seed": seed}
@@ -298,7 +330,8 @@ def _free_load(target: LoadedTarget, config: SessionConfig, seconds: float, seed
     return {"ops": fr.ops, "ops_per_second": round(fr.ops_per_second, 1), "puts": fr.puts,
             "out_of_space": fr.out_of_space, "partitions": fr.check.partitions, "search_nodes": fr.check.nodes,
             "zero_copy_values": sum(1 for o in fr.history if o.action == "kept"),
-            "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()}}
+            "per_process": {p: {k: round(v, 1) for k, v in d.items()} for p, d in fr.per_process.items()},
+            **({"trace": fr.trace} if record else {})}
 
 
 def _run_constructions(target: LoadedTarget, gp: Any, seed: int, base: SessionConfig, res: CampaignResult,

@@ -179,3 +179,54 @@ def test_validated_traces_and_their_spec_coverage_are_in_the_report(tmp_path):
     write_report(result, tmp_path)
     rep = json.loads((tmp_path / "report.json").read_text())
     assert rep["campaigns"][0]["rates"]["spec_validation"]["coverage"] == cov
+
+
+def _free_running():
+    from shmspec.conformance.protocols.ringbuffer.campaigns import CONCURRENT_CAMPAIGNS
+
+    return CONCURRENT_CAMPAIGNS["free"][0]
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+def test_the_free_running_campaigns_recorded_run_validates_on_impl(tmp_path):
+    """Issue 29: with ``--validate-traces --concurrency free`` the free-running
+    campaign makes one more load, recorded (600 writer operations in a
+    512-byte ring, so that it wraps and reclaims), and TLC checks it against
+    ShmStore.tla: impl's run validates, reaching the reclaim's ``retire`` and
+    the reader's ``unpin`` (the steps ShmStore.tla took in one with the one
+    before until a free run showed impl takes them apart)."""
+    result = run_gate(load_target("impl"), "ci", campaigns=(_free_running(),), concurrency="off",
+                      config=replace(SessionConfig(), record=True))
+    (c,) = result.campaigns
+    assert c.error is None and result.verdict == "pass", (c.error, [v.message for v in c.violations])
+    sv, rec = c.rates["spec_validation"], c.rates["recorded_run"]
+    assert sv["traces"] == sv["validated"] == 1 and not sv["departures"], sv["departures"]
+    assert rec["puts"] > 100 and "trace" not in rec and c.rates["ops"] > 0  # the unrecorded load's rates stay
+    assert sv["actions"]["retire"] >= 5 and sv["actions"]["unpin"] >= 50 and sv["actions"]["free_step"] >= 5
+    assert "coverage" in sv
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(shutil.which("java") is None, reason="TLC needs java")
+def test_a_seeded_fault_makes_the_free_running_campaigns_recorded_run_depart(tmp_path):
+    """A store whose reader acknowledges a read before it checks the handle
+    (``count_before_validate``: every get does, whatever the interleaving)
+    gives a recorded free run that TLC rejects: a CONFORMANCE finding of the
+    free-running campaign, with its trace in the report (traces/V<n>.json),
+    which ``shmspec validate`` rejects at the same event."""
+    from shmspec.conformance.spec.validate import validate
+
+    result = run_gate(load_file(VARIANTS_DIR / "count_before_validate.py"), "ci", campaigns=(_free_running(),),
+                      concurrency="off", config=replace(SessionConfig(), record=True))
+    (c,) = result.campaigns
+    conf = [v for v in c.violations if v.property == "CONFORMANCE"]
+    assert c.error is None and result.verdict == "fail" and len(conf) == 1, [v.message for v in c.violations]
+    (d,) = c.rates["spec_validation"]["departures"]
+    assert conf[0].trace is not None and conf[0].concurrency == "free"
+    again = validate(conf[0].trace)
+    assert again.verdict == "fail" and again.departure.event == d["event"]
+    write_report(result, tmp_path)
+    rep = json.loads((tmp_path / "report.json").read_text())
+    (v,) = [v for v in rep["violations"] if v["property"] == "CONFORMANCE"]
+    assert (tmp_path / v["trace_file"]).is_file()

@@ -49,10 +49,10 @@ def put(key: str, abs_: int, size: int = 2, cfg: Config = VLLM) -> list[Step]:
 
 
 def get(cfg: Config, r: str, handle: tuple) -> list[Step]:
-    """A get's steps of a live chunk: impl pins, checks, deserializes, acks."""
+    """A get's steps of a live chunk: impl pins, checks, deserializes, acks, unpins."""
     if cfg.hardened:
         return [Step("pin", r, (("handle", handle),))] + [Step(n, r) for n in
-                                                           ("reader_check", "deserialize", "counter_increment")]
+                                                           ("reader_check", "deserialize", "counter_increment", "unpin")]
     return [Step("reader_check", r, (("handle", handle),))] + [Step(n, r) for n in ("payload_read", "counter_increment")]
 
 
@@ -116,7 +116,7 @@ def test_after_the_model_departs_the_steps_come_from_the_trace():
     # TLC's name for impl's check of the pinned allocation is the spec's reader_check
     b = behaviour_of(IMPL, TraceReplay(path(IMPL, put("k1", 0, cfg=IMPL) + get(IMPL, "r1", H0)).states, [], 0),
                      ["-", "pin_scan", "header_write", "payload_write", "publish", "pin", "PinnedCheck", "deserialize",
-                      "counter_increment"])
+                      "counter_increment", "unpin"])
     assert b.steps[5] == Step("pin", "r1", (("handle", H0),)) and b.steps[6] == Step("reader_check", "r1")
 
 
@@ -151,12 +151,13 @@ def test_impl_makes_the_writer_wait_for_the_reader_of_a_cleared_handle(impl):
 def test_impl_follows_its_own_protocol_step_by_step(impl):
     # two puts read by both readers with their steps interleaved, one free_unused
     # that plans both (the writer pauses at its second free_step) and applies
-    # them at its last, a third put, clear
+    # them at its retire, a third put, clear
     steps = put("k1", 0, cfg=IMPL) + put("k2", 1, cfg=IMPL)
     g1, g2 = get(IMPL, "r1", H0), get(IMPL, "r2", H0)
     steps += [x for pair in zip(g1, g2) for x in pair]
     steps += get(IMPL, "r1", (1, 2, 1, 2)) + get(IMPL, "r2", (1, 2, 1, 2))
-    steps += [Step("free_step", WRITER, (("abs", 0),)), Step("free_step", WRITER, (("abs", 1),))]
+    steps += [Step("free_step", WRITER, (("abs", 0),)), Step("free_step", WRITER, (("abs", 1),)),
+              Step("retire", WRITER, (("abs", 1),))]
     steps += put("k1", 2, cfg=IMPL) + [Step("clear", WRITER)]
     r = replay_on_target(IMPL, path(IMPL, steps), impl)
     assert r.departs is None and r.error is None, r.summary()
@@ -164,7 +165,7 @@ def test_impl_follows_its_own_protocol_step_by_step(impl):
     outcomes = [s.target.outcome for s in r.steps]
     assert outcomes.count("deserialized o1") == 2 and outcomes.count("deserialized o2") == 2
     assert outcomes.count("pinned") == 4 and outcomes.count("counted") == 4
-    assert "plans id 0" in outcomes and "freed ids 0, 1" in outcomes
+    assert "plans id 0" in outcomes and "plans id 1, the last" in outcomes and "freed ids 0, 1" in outcomes
     assert "handle h2 = (0, 0)" in outcomes  # the third put: id 2 is 0 modulo IdMod 2
 
 
@@ -174,14 +175,15 @@ def test_the_writer_waits_for_a_pin_on_a_reclaimed_chunk(impl):
     # waits at pin_wait until r1's read is over: r1 still deserializes o1
     h1 = (1, 2, 1, 2)
     steps = put("k1", 0, cfg=IMPL) + put("k2", 1, cfg=IMPL) + get(IMPL_REREAD, "r1", H0)
-    steps += get(IMPL_REREAD, "r1", H0)[:2] + [Step("free_step", WRITER, (("abs", 0),))]
+    steps += get(IMPL_REREAD, "r1", H0)[:2] + [Step("free_step", WRITER, (("abs", 0),)),
+                                                Step("retire", WRITER, (("abs", 0),))]
     steps += put("k1", 2, cfg=IMPL)[:1] + get(IMPL_REREAD, "r1", H0)[2:] + [Step("pin_wait", WRITER)]
     steps += put("k1", 2, cfg=IMPL)[1:] + get(IMPL_REREAD, "r1", h1)
     b = path(IMPL_REREAD, steps)
     r = replay_on_target(IMPL_REREAD, b, impl)
     assert r.error is None and r.departs is None, r.summary()
     outcomes = [(s.step.name, s.target.outcome) for s in r.steps]
-    assert ("free_step", "freed id 0") in outcomes and ("pin_scan", "waits for a pin") in outcomes
+    assert ("retire", "freed id 0") in outcomes and ("pin_scan", "waits for a pin") in outcomes
     assert ("pin_wait", "proceeds") in outcomes and ("publish", "handle h2 = (5, 0)") in outcomes
     i = outcomes.index(("pin_scan", "waits for a pin"))
     assert outcomes[i + 1] == ("deserialize", "deserialized o1") and r.violations == []

@@ -133,11 +133,11 @@ def test_a_recorded_impl_run_validates_and_reaches_every_step_of_the_protocol(im
     v = validate(impl_trace)
     assert v.verdict == "pass", v.departure and v.departure.describe()
     assert v.departure is None and v.unmodelled is None
-    for act in ("pin_scan", "header_write", "payload_write", "publish", "free_step", "clear", "refused",
-                "pin", "reader_check", "deserialize", "counter_increment"):
+    for act in ("pin_scan", "header_write", "payload_write", "publish", "free_step", "retire", "clear", "refused",
+                "pin", "reader_check", "deserialize", "counter_increment", "unpin"):
         assert v.actions.get(act, 0) >= 1, act
     # the drain read ends at deserialize: one get fewer acknowledged than deserialized
-    assert v.actions["deserialize"] == v.actions["counter_increment"] + 1
+    assert v.actions["deserialize"] == v.actions["counter_increment"] + 1 == v.actions["unpin"] + 1
 
 
 def _fault(name: str) -> str:
@@ -191,11 +191,11 @@ def stale_reread(x: Script) -> None:
 
 FAULTS = [
     # fault, schedule, (event index, spec step) where TLC says the run departs
-    ("early_free", early_free, (16, "free_step")),  # freed with r2's read owed: Reclaimable(1) is false
-    ("aggregate_reads", early_free, (16, "free_step")),
+    ("early_free", early_free, (18, "free_step")),  # freed with r2's read owed: Reclaimable(1) is false
+    ("aggregate_reads", early_free, (18, "free_step")),
     ("dup_overwrite", duplicate, (6, "scan")),  # a put of a live key: the spec's pin_scan needs a new one
     ("dup_check_late", duplicate, (6, "scan")),
-    ("free_out_of_order", out_of_order, (20, "none")),  # the second chunk freed, not the oldest
+    ("free_out_of_order", out_of_order, (22, "none")),  # the second chunk freed, not the oldest
     ("writer_unfenced", reuse_under_pin, (1, "header_write")),  # no pin scan at all
     ("count_before_validate", stale_reread, (6, "pin")),  # its first get acknowledges before it checks
 ]
@@ -222,7 +222,7 @@ def test_a_run_with_one_observation_altered_departs_there(impl_trace):
     v = validate(doc)
     assert v.verdict == "fail" and v.departure.event == i and v.departure.act == "deserialize"
     doc = copy.deepcopy(impl_trace)
-    j = next(i for i, e in enumerate(doc["events"]) if e["op"] == "free_unused" and e["kind"] == "advance")
+    j = next(i for i, e in enumerate(doc["events"]) if e["op"] == "free_unused" and e["at"] == "retire")
     doc["events"][j]["ring"] = doc["events"][j - 1]["ring"]  # as if nothing had been freed
     assert validate(doc).departure.event == j
 
@@ -407,7 +407,9 @@ def test_coverage_names_the_spec_parts_the_runs_do_not_reach(impl_trace, tmp_pat
     assert cov["unreached_actions"] == ["pin_wait"]  # rich() has no put that waits on a pin
     assert cov["model_config"] == "MC_impl_reread.cfg" and 200 < cov["run_parts"] < cov["model_parts"]
     by = {d["definition"]: d for d in cov["definitions"]}
-    assert by["publish"]["run_parts"] == by["publish"]["model_parts"] > 5 and by["free_step"]["run_parts"] > 20
+    assert by["publish"]["run_parts"] == by["publish"]["model_parts"] > 5
+    assert by["free_step"]["run_parts"] == by["free_step"]["model_parts"] > 15 and by["retire"]["run_parts"] > 10
+    assert by["unpin"]["run_parts"] == by["unpin"]["model_parts"] > 0
     # vLLM's read path is the model's too, never impl's; the trace takes PinOf, never pin's \E
     assert by["payload_read"]["run_parts"] == 0 and "~Hardened" in by["payload_read"]["gaps"][0]["text"]
     assert by["pin"]["run_parts"] == 0 and by["PinOf"]["run_parts"] == by["PinOf"]["model_parts"]
@@ -516,34 +518,32 @@ def test_a_free_runs_times_become_ranks_and_each_process_keeps_its_order():
     assert validate(doc).verdict == "pass"
 
 
-def test_a_free_run_of_impl_departs_where_shmstore_tla_reclaims_in_one_step_and_impl_in_two():
+def test_a_free_run_that_departed_where_shmstore_tla_reclaimed_in_one_step_validates_once_it_takes_two():
     """Issue 29, found by the first free-run traces (2026-12-07, docs/trace-validation.md#free-runs):
     the first 268 events of a recorded 0.5 s free run of impl (vLLM's
-    construction, a 512-byte ring).  The writer's put ``k16`` reclaims: its
-    last ``free_step`` step (events 236) checks the next chunk (abs 12: not
-    yet acknowledged by r1) and then retires the planned ones (publishes
+    construction, a 512-byte ring), recorded before impl had its ``retire``
+    and ``unpin`` yield points.  The writer's put ``k16`` reclaims: its last
+    ``free_step`` step (event 236) checks the next chunk (abs 12: not yet
+    acknowledged by r1) and then retires the planned ones (publishes
     abs_start).  Between the two, r1 acknowledges abs 12 and pins and checks
-    abs 11, which is being retired, and reads it (its pin makes the
-    writer's pin_scan wait: safe).  ShmStore.tla's last free_step checks and
-    retires at once, so no order of the overlapping steps is a behaviour of
-    the spec: before r1's ack it would stale r1's read, after it it would
-    reclaim abs 12 too.  This test holds the finding until the spec splits
-    the step at impl's two moments; then the trace must validate."""
+    abs 11, which is being retired, and reads it (its pin makes the writer's
+    pin_scan wait: safe).  ShmStore.tla's last free_step checked and retired
+    at once, and the run departed at event 236.  The spec now takes the two
+    as ``free_step`` (which decides to retire) and ``retire``: the old
+    trace's step becomes both, in its interval, and TLC puts r1's ack and
+    pin between them."""
     doc = load_trace(Path(__file__).parent / "traces" / "free_reclaim_window.json")
     assert doc["schedule"] == "free" and doc["constants"]["ring_bytes"] == 512
-    v = validate(doc)
-    assert v.verdict == "fail" and v.departure.event == 236 and v.departure.act == "free_step"
-    e = v.departure.recorded
+    e = doc["events"][236]
     assert (e["process"], e["op"], e["at"], e["to"]) == ("writer", "put", "free_step", "pin_scan")
-    (state,) = v.departure.states
-    assert state["wpc"] == "freeing" and state["planned"] == 1  # abs 10 planned; the spec would plan abs 11 next
-    assert state["pc"]["r1"] == "read" and state["hd"]["r1"]["abs"] == 11  # r1's read of abs 11, in flight
-    ran = {j: (x["process"], x["at"], x["args"]["abs"]) for j, x in v.departure.overlapping}
-    assert ran[246] == ("r1", "counter_increment", 12) and ran[248] == ("r1", "pin", 11)  # the ack, then the pin
-    assert "14 step(s) of other processes ran while it did" in v.departure.describe()
-    shown = v.to_json()["departure"]["overlapping"]
-    assert [o["event"] for o in shown] == sorted(ran)
-    assert next(o for o in shown if o["event"] == 248)["describe"].startswith("event 248: r1 left pin of get")
+    assert not any(x["at"] in ("retire", "unpin") for x in doc["events"])  # recorded before the split
+    steps, origin = spec_steps(doc)
+    two = [s for s, o in zip(steps, origin) if o == 236]
+    assert [(s["act"], s["wpc"]) for s in two] == [("free_step", "retire"), ("retire", "idle")]
+    assert two[0]["lo"] == two[1]["lo"] and two[0]["hi"] == two[1]["hi"]
+    v = validate(doc)
+    assert v.verdict == "pass", v.departure and v.departure.describe()
+    assert v.actions["retire"] >= 1 and v.actions["unpin"] == v.actions["counter_increment"]
 
 
 def test_a_short_free_run_of_impl_without_reclaims_validates():
