@@ -1,7 +1,7 @@
 """Trace validation's costs (issue 29): recording's share of the controlled
 campaign, and TLC's time on one long recorded run.
 
-``python -m bench.trace [--parts overhead,long,free] [--rounds 2] [--steps 10000]
+``python -m bench.trace [--parts overhead,long,free,seeds] [--rounds 2] [--steps 10000]
 [--seed 0] [--free-seconds 0.5] [--json FILE] [--trace-out FILE] [--free-trace-out FILE]``
 
 Everything is measured in this one run and printed as a table:
@@ -29,6 +29,9 @@ Everything is measured in this one run and printed as a table:
   unrecorded runs' (a free run's length is fixed: recording shows as fewer
   operations).  The first recorded run is then validated: its verdict, its
   departure if any, TLC's seconds.
+* **seeds**: recorded free runs as in *free*, seeds ``seed`` to ``seed +
+  rounds - 1``, each validated: its events, spec steps, verdict, departure
+  if any, TLC's seconds.
 """
 
 from __future__ import annotations
@@ -52,7 +55,7 @@ from rich.table import Table
 from bench.common import REPO, machine_info, now_iso, positive_int, unwritable, wide_console, write_json
 from shmspec.conformance.core.documents import header
 
-PARTS = ("overhead", "long", "free")
+PARTS = ("overhead", "long", "free", "seeds")
 
 
 def _gate(record: bool, timeout: float = 1800.0) -> dict[str, Any]:
@@ -171,12 +174,30 @@ def free_overhead(rounds: int, seconds: float, seed: int, trace_out: Path | None
                           "tlc_seconds": round(v.seconds, 2), "distinct_states": v.distinct}}
 
 
+def free_seeds(rounds: int, seconds: float, seed: int) -> list[dict[str, Any]]:
+    """One recorded free run per seed, each validated (see the module docstring)."""
+    from shmspec.conformance.concurrency.freerun import FreeLoad, free_config, run_free
+    from shmspec.conformance.spec.validate import validate
+    from shmspec.conformance.targets.loader import load_target
+
+    target = load_target("impl")
+    config = free_config(2, data_buffer_size=512, max_object_size=96)
+    out = []
+    for s in range(seed, seed + rounds):
+        r = run_free(target, config, seconds, 2, s, load=FreeLoad(p_zero_copy=0.0), record=True)
+        v = validate(r.trace, timeout=600.0)
+        out.append({"seed": s, "history_check": r.verdict, "events": len(r.trace["events"]), "spec_steps": v.steps,
+                    "verdict": v.verdict, "departure": v.departure.describe() if v.departure else None,
+                    "tlc_seconds": round(v.seconds, 2)})
+    return out
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m bench.trace", description=__doc__.split("\n\n")[0])
     ap.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, of {', '.join(PARTS)}")
-    ap.add_argument("--rounds", type=positive_int, default=2, help="gates per setting (overhead), free runs per setting (free)")
+    ap.add_argument("--rounds", type=positive_int, default=2, help="gates per setting (overhead), free runs per setting (free), seeds (seeds)")
     ap.add_argument("--steps", type=positive_int, default=10_000, help="events of the long run")
-    ap.add_argument("--seed", type=int, default=0, help="the long run's schedule seed")
+    ap.add_argument("--seed", type=int, default=0, help="the long run's schedule seed; the first free run's (free, seeds)")
     ap.add_argument("--free-seconds", type=float, default=0.5, help="seconds of each free run (free)")
     ap.add_argument("--json", type=Path, default=None, help="also write the figures here")
     ap.add_argument("--free-trace-out", type=Path, default=None, help="write the first recorded free run's trace "
@@ -228,6 +249,15 @@ def main(argv: list[str] | None = None) -> int:
                       f"{f['recorded_ops_per_second']:.0f} recorded, {f['plain_ops_per_second']:.0f} unrecorded); "
                       f"the first recorded run: {g['events']} events -> {g['spec_steps']} spec steps, {g['verdict']}"
                       f"{' (' + g['departure'] + ')' if g['departure'] else ''}; TLC {g['tlc_seconds']} s")
+    if "seeds" in parts:
+        rows = out["seeds"] = free_seeds(a.rounds, a.free_seconds, a.seed)
+        t = Table(title=f"recorded free runs of impl, validated ({a.free_seconds} s each; 512-byte ring)")
+        for col in ("seed", "history check", "events", "spec steps", "verdict", "TLC s", "departure"):
+            t.add_column(col)
+        for r in rows:
+            t.add_row(str(r["seed"]), r["history_check"], str(r["events"]), str(r["spec_steps"]), r["verdict"],
+                      f"{r['tlc_seconds']:.1f}", r["departure"] or "")
+        console.print(t)
     if a.json is not None:
         write_json(a.json, out)
     return 0

@@ -356,3 +356,22 @@ def test_the_bound_shares_the_stores_rounds_when_the_readers_retain_memory(tmp_p
     assert p.returncode == 0, p.stdout + p.stderr
     _check_rows(doc, ["impl", "copy", "physical", "zerocopy"], [64 * 1024])
     assert [r["interleaved"] for r in doc["store"]["rows"]] == [interleaved]
+
+
+@pytest.mark.slow
+def test_trace_bench_validates_a_recorded_free_run_per_seed(tmp_path, capsys):
+    """``bench.trace --parts seeds``: one recorded free run of impl per seed,
+    each checked by TLC (docs/trace-validation.md#free-runs)."""
+    import shutil
+
+    if shutil.which("java") is None:
+        pytest.skip("TLC needs java")
+    from bench import trace
+
+    out = tmp_path / "t.json"
+    assert trace.main(["--parts", "seeds", "--rounds", "2", "--seed", "3", "--free-seconds", "0.1",
+                       "--json", str(out)]) == 0
+    rows = json.loads(out.read_text())["seeds"]
+    assert [r["seed"] for r in rows] == [3, 4]
+    assert all(r["verdict"] == "pass" and r["events"] > 100 and r["departure"] is None for r in rows), rows
+    assert "recorded free runs of impl, validated" in capsys.readouterr().out
