@@ -32,8 +32,10 @@
 (*     the latest clear's drain window [drainLo, drainHi) whose bytes no   *)
 (*     allocation since reached: address % B >= drainHw; and the header's  *)
 (*     id), deserialize (in place, under the pin), counter_increment (the  *)
-(*     reader's own ack of a chunk that was live at the check); the pin is *)
-(*     released by the get's last step.  A put is pin_scan (plan the       *)
+(*     reader's own ack of a chunk that was live at the check), unpin (the *)
+(*     pin released; a failed check or a drain read releases it there).    *)
+(*     free_unused is one free_step per chunk it plans (each checks the    *)
+(*     next chunk), then retire (they go at once).  A put is pin_scan (plan the *)
 (*     allocation, publish what it kills: drainHw, drainLo; fence; read    *)
 (*     the pins), pin_wait (the writer is blocked while a pin it found     *)
 (*     names a chunk that is no longer live), header_write, payload_write, *)
@@ -293,7 +295,6 @@ free_step ==
          /\ pubStart' = Head(chunks).abs + 1
          /\ UNCHANGED <<idEnd, wpc, pubEnd, puts, issued, clearAt, pend, drainLo, drainHi, drainHw, mem, wwait,
                         planned, readerVars>>
-
 
 \* impl: the planned chunks retire at once (the writer's ring, then
 \* abs_start published)
