@@ -59,7 +59,7 @@ NO_OBJ = 0
 GARBAGE = -1
 NO_HANDLE = (0, 0, 0, NO_OBJ)
 WRITER = "writer"
-READER_PCS = ("idle", "pinned", "checked", "read", "acked")
+READER_PCS = ("idle", "pinned", "checked", "read", "acked", "dead")
 WRITER_PCS = ("idle", "wait", "ready", "header", "payload", "freeing", "retire")
 VERDICTS = ("none", "live", "drain", "stale")
 
@@ -82,6 +82,10 @@ class Config:
         scan_pins: impl's writer scans the pins and waits (``ScanPins``).
         writer_fenced: impl's writer fences between publishing the drain a
             put kills and reading the pins (``WriterFenced``).
+        mortal: readers whose process may die anywhere (``Mortal``, a
+            fault; the step ``die``): impl's writer forfeits a dead reader's
+            promised reads and ends a wait for its pin, vLLM's count never
+            gets its reads.  Sorted; empty in the usual configs.
     """
 
     readers: tuple[str, ...]
@@ -98,6 +102,7 @@ class Config:
     fenced: bool = True
     scan_pins: bool = True
     writer_fenced: bool = True
+    mortal: tuple[str, ...] = ()
 
     @classmethod
     def from_constants(cls, c: dict[str, Any]) -> "Config":
@@ -110,11 +115,12 @@ class Config:
             cfg = cls(tuple(sorted(c["Readers"])), int(c["RingUnits"]), tuple(sorted(c["Sizes"])),
                       tuple(sorted(c["Keys"])), int(c["IdMod"]), int(c["MaxPuts"]), int(c["MaxReads"]),
                       bool(c["Hardened"]), bool(c["ReadOnce"]), bool(c["ClearResets"]), int(c["MaxChunks"]),
-                      bool(c["Fenced"]), bool(c["ScanPins"]), bool(c["WriterFenced"]))
+                      bool(c["Fenced"]), bool(c["ScanPins"]), bool(c["WriterFenced"]),
+                      tuple(sorted(c.get("Mortal", ()))))
         except KeyError as e:
             raise ValueError(f"constant {e.args[0]} is not set") from None
         if (not cfg.readers or cfg.ring_units < 2 or min(cfg.sizes) < 2 or cfg.id_mod < 1
-                or cfg.max_chunks < 1):
+                or cfg.max_chunks < 1 or not set(cfg.mortal) <= set(cfg.readers)):
             raise ValueError(f"constants out of range: {cfg}")
         return cfg
 
@@ -237,8 +243,9 @@ def reclaimable(cfg: Config, s: State, i: int) -> bool:
     impl's every reader's ack ``>= writer_count``; one promise per put."""
     nr = len(cfg.readers)
     c = s.chunks[i]
-    if cfg.hardened:
-        return per_reader_complete([s.acks[r][c[0]] for r in range(nr)], 1, nr)
+    if cfg.hardened:  # a dead reader's promised reads are forfeit
+        live = [r for r in range(nr) if s.pc[r] != "dead"]
+        return per_reader_complete([s.acks[r][c[0]] for r in live], 1, len(live))
     return reads_complete(s.mem[c[1] % cfg.ring_units][2], 1, nr)
 
 
@@ -310,8 +317,8 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
                        s._replace(chunks=s.chunks + ((s.puts, a, n, s.id_end, k),),
                                   mem=_set(s.mem, a % B, (s.id_end, n, cnt, obj)), end=a + n,
                                   id_end=next_id(s.id_end) % cfg.id_mod, puts=s.puts + 1, wpc="header"))
-    if s.wpc == "wait" and not any(s.wwait):
-        yield Step("pin_wait", WRITER), s._replace(wpc="ready")
+    if s.wpc == "wait" and all(not w or s.pc[i] == "dead" for i, w in enumerate(s.wwait)):
+        yield Step("pin_wait", WRITER), s._replace(wpc="ready", wwait=(False,) * len(s.wwait))
     if s.wpc == "header":
         ab, a, n, _, _ = current(cfg, s)
         p = a % B
@@ -350,6 +357,8 @@ def successors(cfg: Config, s: State) -> Iterator[tuple[Step, State]]:
     # ---- the readers
     for i, r in enumerate(cfg.readers):
         yield from (_hardened_reader if cfg.hardened else _vllm_reader)(cfg, s, i, r)
+        if r in cfg.mortal and s.pc[i] != "dead":  # the fault: r's process dies here
+            yield Step("die", r), s._replace(pc=_set(s.pc, i, "dead"))
 
 
 def _handles(cfg: Config, s: State, i: int) -> Iterator[tuple]:
@@ -462,7 +471,7 @@ def invariants(cfg: Config, s: State) -> dict[str, bool]:
         "RC": all(s.mem[c[1] % B][2] <= sum(st[c[0]] for st in s.starts) for c in ch[:published])
               and all(a <= st for ak, sk in zip(s.acks, s.starts) for a, st in zip(ak, sk)),
         "PROM": not cfg.hardened or all(h[0] < s.clear_at or s.starts[i][h[0]] > 0 or _in_window(s, h)
-                                        for i in readers for h in s.issued),
+                                        or s.pc[i] == "dead" for i in readers for h in s.issued),
     }
 
 

@@ -40,3 +40,9 @@ LOCK_STEPS: dict[str, str] = {
 
 ATOMIC_STEPS: dict[str, str] = {**READ_STEPS, **WRITE_STEPS, **LOCK_STEPS}
 """Every step name, with what it does."""
+
+FAULT_STEPS: dict[str, str] = {
+    "die": "a reader's process dies (SIGKILL) wherever it is; its pin word stays in shared memory",
+}
+"""Faults the spec and the model take as steps (``tla/ShmStore.tla``'s
+``Mortal`` readers), which no store takes itself: no yield point."""

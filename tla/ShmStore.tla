@@ -61,6 +61,9 @@
 (*              missing fence: the scan's loads of the pins are served     *)
 (*              before the drain store is visible, so the pins are read at *)
 (*              pin_scan and the drain shows only at header_write.         *)
+(* Mortal:      readers whose process may die anywhere (die(r), a fault):  *)
+(*              impl's writer forfeits a dead reader's promised reads and  *)
+(*              ends a wait for its pin; vLLM's count never gets its read. *)
 (***************************************************************************)
 EXTENDS Naturals, Integers, Sequences, FiniteSets, TLC
 
@@ -76,7 +79,8 @@ CONSTANTS
     MaxChunks,    \* impl's live-chunk bound K (Hardened)
     Fenced,       \* impl's reader fence (Hardened)
     ScanPins,     \* impl's writer pin scan (Hardened)
-    WriterFenced  \* impl's writer fence between its drain store and its pin scan (Hardened)
+    WriterFenced, \* impl's writer fence between its drain store and its pin scan (Hardened)
+    Mortal        \* readers whose process may die (SIGKILL): a fault, {} in the usual configs
 
 NoObj   == 0      \* nothing deserialized (yet)
 Garbage == -1     \* bytes of more than one object
@@ -97,7 +101,7 @@ VARIABLES
     wwait,        \* Hardened: readers whose pin on a chunk no longer live the writer waits for
     planned,      \* Hardened: chunks the running free_unused planned to reclaim
     drainLo, drainHi, drainHw,  \* Hardened: the drain window of the latest clear
-    pc,           \* reader -> "idle" | "pinned" | "checked" | "read" | "acked"
+    pc,           \* reader -> "idle" | "pinned" | "checked" | "read" | "acked" | "dead"
     hd,           \* reader -> the handle of its current get
     hsz,          \* reader -> the chunk size it read from the header
     got,          \* reader -> what its current get deserialized
@@ -136,7 +140,7 @@ TypeOK ==
     /\ pubStart \in 0..MaxPuts /\ pubEnd \in 0..MaxPuts /\ issued \subseteq Handle
     /\ pend \in Seq(Chunk) /\ Len(pend) <= 1 /\ wwait \subseteq Readers
     /\ drainLo \in 0..MaxPuts /\ drainHi \in 0..MaxPuts /\ drainHw \in 0..RingUnits
-    /\ pc \in [Readers -> {"idle", "pinned", "checked", "read", "acked"}]
+    /\ pc \in [Readers -> {"idle", "pinned", "checked", "read", "acked", "dead"}] /\ Mortal \subseteq Readers
     /\ hd \in [Readers -> Handle \cup {NoHandle}] /\ hsz \in [Readers -> 0..RingUnits]
     /\ got \in [Readers -> Objs] /\ floor \in [Readers -> 0..MaxPuts]
     /\ starts \in [Readers -> [Abs -> 0..MaxReads]]
@@ -196,11 +200,12 @@ pin_scan(k, n) ==
 
 \* Hardened: the writer proceeds once every pin it waits for has changed
 \* (a reader's next pin carries a new sequence number, so any store does)
+\* (or its reader died: impl's wait ends when the reader's slot is released)
 pin_wait ==
-    /\ Hardened /\ wpc = "wait" /\ wwait = {}
-    /\ wpc' = "ready"
+    /\ Hardened /\ wpc = "wait" /\ \A r \in wwait : pc[r] = "dead"
+    /\ wpc' = "ready" /\ wwait' = {}
     /\ UNCHANGED <<planned, start, end, idStart, idEnd, chunks, pubStart, pubEnd, puts, issued, clearAt, pend,
-                   drainLo, drainHi, drainHw, mem, wwait, readerVars>>
+                   drainLo, drainHi, drainHw, mem, readerVars>>
 
 \* put, the chunk's [id][chunk_size] header: vLLM allocates here (DUP, OOM,
 \* the wrap jump); impl writes the header of the allocation pin_scan planned
@@ -249,10 +254,11 @@ publish ==
     /\ UNCHANGED <<planned, start, idStart, pubStart, clearAt, drainLo, drainHi, drainHw, mem, wwait, readerVars>>
 
 \* the reads of live chunk i are complete (RC: vLLM's reader_count >=
-\* writer_count * n_readers; impl: every reader's ack >= writer_count; the
-\* spec makes one promise per put)
+\* writer_count * n_readers; impl: every live reader's ack >= writer_count,
+\* a dead reader's promised reads forfeited; the spec makes one promise per
+\* put)
 Reclaimable(i) ==
-    IF Hardened THEN \A r \in Readers : acks[r][chunks[i].abs] >= 1
+    IF Hardened THEN \A r \in Readers : pc[r] = "dead" \/ acks[r][chunks[i].abs] >= 1
     ELSE mem[Phys(chunks[i].addr)].cnt >= NReaders
 
 \* bytes one free_unused reclaims at most: the store's loop goes on to the
@@ -421,12 +427,23 @@ unpin(r) ==
     /\ Hardened /\ pc[r] = "acked" /\ Unpin(r)
     /\ UNCHANGED <<writerVars, mem, hd, got, floor, starts, acks>>
 
-\* the spec's actions are the model's atomic steps (shmspec/model/steps.py)
+\* a fault (Mortal): reader r's process dies wherever it is; its pin word
+\* stays as it was in shared memory.  impl's writer sees the death (the
+\* reader's slot released) and forfeits r's promised reads (Reclaimable)
+\* and ends a wait for r's pin (pin_wait); vLLM's count never gets r's reads
+die(r) ==
+    /\ r \in Mortal /\ pc[r] # "dead"
+    /\ pc' = [pc EXCEPT ![r] = "dead"]
+    /\ UNCHANGED <<writerVars, mem, wwait, hd, hsz, got, floor, starts, pins, verdict, acks>>
+
+\* the spec's actions are the model's atomic steps (shmspec/model/steps.py),
+\* and one fault (model/steps.py FAULT_STEPS)
 Next ==
     \/ \E k \in Keys, n \in Sizes : pin_scan(k, n) \/ header_write(k, n)
     \/ pin_wait \/ payload_write \/ publish \/ free_step \/ retire \/ clear
     \/ \E r \in Readers :
          \/ pin(r) \/ reader_check(r) \/ payload_read(r) \/ deserialize(r) \/ counter_increment(r) \/ unpin(r)
+         \/ die(r)
 
 Spec == Init /\ [][Next]_vars
 
@@ -510,9 +527,10 @@ RC == /\ \A i \in DOMAIN chunks :
 \* PROM (impl): a reader's promised read of a handle put since the last clear
 \* stays possible until that reader has read it, whatever the other readers
 \* did: the chunk is live while the reader has not started a get of it
-\* (free_step needs the reader's ack, RC that the ack is for a read it made)
+\* (free_step needs the reader's ack, RC that the ack is for a read it made);
+\* a dead reader's promise is forfeit
 PROM == Hardened => \A r \in Readers, h \in issued :
-                      h.abs >= clearAt /\ starts[r][h.abs] = 0 => InWindow(h)
+                      h.abs >= clearAt /\ starts[r][h.abs] = 0 /\ pc[r] # "dead" => InWindow(h)
 
 \* PROG as a liveness property (under FairSpec): every allocation that joins
 \* the ring is eventually reclaimed or cleared, so once the writer stops the

@@ -265,7 +265,11 @@ def violation_panel(n: int, v: Violation, descriptions: dict[str, str] | None = 
     head = Text.assemble((f"{v.property}", f"bold {colour}"), f"  {descriptions.get(v.property, '')}{again}\n",
                          (v.message, colour),
                          f"\nconstruction: {v.construction.name}; campaign {v.campaign}{mode}, round {v.round}, "
-                         + (f"{len(v.steps)} operations of the handle's history (the interleaving was the "
+                         + (f"{len(v.steps)} recorded steps: the one where the run departs from the spec and "
+                            "those of other processes that ran while it did (the whole run is kept as its trace "
+                            f"file, traces/V{n}.json: shmspec validate on it gives the same departure)"
+                            if v.concurrency == "free" and v.trace is not None
+                            else f"{len(v.steps)} operations of the handle's history (the interleaving was the "
                             "operating system's: a re-run of the same seed and load may not recur, and is not "
                             "shrunk)" if v.concurrency == "free"
                             else "the z3 counterexample's step" if v.campaign == "prove"

@@ -284,13 +284,18 @@ def _message(cfg: Config, invariant: str, last: State) -> str | None:
                     return MESSAGES["PROM"].format(h=_handle(h), r=R[r])
     if invariant == "PROGLive":  # the lasso's last state repeats for ever
         for c in last.chunks:
-            unread = [R[r] for r in range(len(R)) if last.starts[r][c[0]] == 0]
-            stuck = [R[r] for r in range(len(R)) if last.pc[r] != "idle" and last.hd[r][0] == c[0]]
+            dead = [R[r] for r in range(len(R)) if last.pc[r] == "dead"]
+            unread = [R[r] for r in range(len(R)) if last.starts[r][c[0]] == 0 and R[r] not in dead]
+            stuck = [R[r] for r in range(len(R)) if last.pc[r] not in ("idle", "dead") and last.hd[r][0] == c[0]]
             why = "; ".join(([f"{', '.join(unread)} never reads it"] if unread else [])
                             + ([f"{', '.join(stuck)} started a get of it and never finishes"] if stuck else []))
             if why:
                 return (f"allocation h{c[0] + 1} stays in the ring for ever: {why}, so it is never reclaimed and "
                         f"blocks the FIFO head (PROG's client rule broken: every promised read made)")
+            if dead:  # the store's: a dead reader's promised reads never forfeited
+                return (f"allocation h{c[0] + 1} stays in the ring for ever: {', '.join(dead)} died before its read "
+                        "of it counted, and the store never forfeits a dead reader's promised reads, so it is never "
+                        "reclaimed and blocks the FIFO head")
             return f"allocation h{c[0] + 1} stays in the ring for ever, every reader having read it"
     return None
 

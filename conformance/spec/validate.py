@@ -408,7 +408,7 @@ def trace_module(runs: list[tuple[dict[str, Any], list[dict[str, Any]]]],
                                                   "MaxReads", "MaxChunks", "FreeBound")]
     cfg += ["    Symmetry <- MCNoSymmetry"]
     cfg += ["    Hardened = TRUE", "    ReadOnce = FALSE", "    ClearResets = FALSE", "    Fenced = TRUE",
-            "    ScanPins = TRUE", "    WriterFenced = TRUE",
+            "    ScanPins = TRUE", "    WriterFenced = TRUE", "    Mortal = {}",
             "INIT TraceInit", "NEXT TraceNext", "INVARIANT MCCheck", ""]
     return "\n".join(lines) + "\n", "\n".join(cfg), "\n".join(data) + "\n"
 

@@ -157,14 +157,33 @@ def _validate_traces(traces: list[tuple[dict[str, Any], list[dict[str, Any]]]], 
     if departed:
         i, v = departed[0]
         msg = DEPARTS + v.departure.describe()
-        steps = traces[i][1]
-        if v.departure.event < len(steps):
+        steps = traces[i][1] or _departure_steps(v.departure, msg)
+        if concurrency != "free" and v.departure.event < len(steps):
             steps[v.departure.event]["violations"].append({"property": "CONFORMANCE", "message": msg})
         exc = SimpleNamespace(prop="CONFORMANCE", cause=f"spec/{v.departure.act}", action=v.departure.recorded["op"],
                               message=msg)
         res.violations.append(Violation("CONFORMANCE", msg, campaign, 0, steps,
                                         {**config_to_json(base), "promises": True}, exc, concurrency=concurrency,
                                         trace=traces[i][0]))
+
+
+def _departure_steps(dep: Any, message: str) -> list[dict[str, Any]]:
+    """A free run's departure as report steps (:func:`history_steps`' form):
+    the departing recorded event and the other processes' events that ran
+    while it did, by start time (µs from the first of them); the departing
+    one carries the CONFORMANCE finding."""
+    from ...concurrency.record import result_text
+
+    evs = sorted([(dep.event, dep.recorded), *dep.overlapping], key=lambda p: (p[1]["lo"], p[0]))
+    base = min(e["lo"] for _, e in evs)
+    out = []
+    for k, (j, e) in enumerate(evs):
+        ended = f" ({result_text(e.get('result'))})" if e["to"] is None else ""
+        out.append({"index": k, "process": e["process"], "action": e["op"], "args": {"event": j},
+                    "invoke_us": round((e["lo"] - base) / 1000, 1), "return_us": round((e["hi"] - base) / 1000, 1),
+                    "observed": f"{e['at'] or 'start'} -> {e['to'] or 'end'}{ended}", "freed": [], "deserialized": [],
+                    "violations": [{"property": "CONFORMANCE", "message": message}] if j == dep.event else []})
+    return out
 
 
 def _run_faults(target: LoadedTarget, base: SessionConfig, res: CampaignResult) -> CampaignResult:

@@ -40,9 +40,9 @@ def _sweep(target):
 def test_impl_passes_every_preemption():
     runs, steps, found = _sweep(load_target("impl"))
     assert found == []
-    # every situation was preempted at every point it reaches: impl's get has 4
-    # yield points (pin, reader_check, deserialize, counter_increment), its
-    # writer operations 1 (clear; free_unused of one chunk) to 5 (put)
+    # every situation was preempted at every point it reaches: impl's get has 5
+    # yield points (pin, reader_check, deserialize, counter_increment, unpin), its
+    # writer operations 1 (clear) to 5 (put; free_unused of one chunk: free_step, retire)
     readers = len(READER_HISTORIES) * len(READER_OPS)
     assert runs >= 4 * readers + len(WRITER_OPS) and steps > 1000
     assert multiprocess.active_children() == []
@@ -69,7 +69,7 @@ def test_a_preempted_get_stops_where_asked():
             switches = sum(1 for a, b in zip(tail, tail[1:]) if a != b)
             assert switches <= 2, tail
     assert points[:3] == ["pin", "reader_check", "deserialize"]
-    assert "counter_increment" in points
+    assert "counter_increment" in points and "unpin" in points
 
 
 @pytest.mark.parametrize("fault,prop,point", [

@@ -226,6 +226,13 @@ def test_a_seeded_fault_makes_the_free_running_campaigns_recorded_run_depart(tmp
     assert conf[0].trace is not None and conf[0].concurrency == "free"
     again = validate(conf[0].trace)
     assert again.verdict == "fail" and again.departure.event == d["event"]
+    # the report's steps: the departing event, marked, and the events that ran while it did
+    marked = [s for s in conf[0].steps if s["violations"]]
+    assert len(marked) == 1 and marked[0]["args"]["event"] == d["event"]
+    assert [s["invoke_us"] for s in conf[0].steps] == sorted(s["invoke_us"] for s in conf[0].steps)
+    console = Console(width=4000, file=io.StringIO())
+    render_console(console, result, None)
+    assert "recorded steps: the one where the run departs from the spec" in console.file.getvalue()
     write_report(result, tmp_path)
     rep = json.loads((tmp_path / "report.json").read_text())
     (v,) = [v for v in rep["violations"] if v["property"] == "CONFORMANCE"]

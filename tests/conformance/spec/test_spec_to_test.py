@@ -68,8 +68,8 @@ def test_the_sample_covers_every_step_kind_and_outcome(generated):
     assert len(tests.behaviours) == N and len(set(map(len, (tests.ids, tests.behaviours)))) == 1
     assert set(tests.actions) >= {
         "pin_scan proceeds", "pin_scan waits", "pin_wait proceeds", "header_write header", "payload_write payload",
-        "publish handle", "free_step freed", "clear cleared", "pin pinned", "check passed", "check stale",
-        "deserialize deserialized", "counter_increment counted"}
+        "publish handle", "free_step plans", "retire freed", "clear cleared", "pin pinned", "check passed",
+        "check stale", "deserialize deserialized", "counter_increment counted", "unpin unpinned"}
     assert tests.distinct == graph.distinct > 1000 and tests.visited > 300
     # every behaviour starts at Init and is a path of TLC's graph, taken as the store can take it
     for b in tests.behaviours:

@@ -20,7 +20,7 @@ from shmspec.conformance.cli import main
 from shmspec.conformance.spec.tlc import check_config, config_files, default_tla_dir, parse_output, read_config
 from shmspec.impl import yieldpoints
 from shmspec.model import atomic
-from shmspec.model.steps import ATOMIC_STEPS, LOCK_STEPS
+from shmspec.model.steps import ATOMIC_STEPS, FAULT_STEPS, LOCK_STEPS
 
 # one worker runs this module: its module-scoped fixture is built once (make test: --dist loadgroup)
 pytestmark = pytest.mark.xdist_group("test_tla")
@@ -68,7 +68,8 @@ def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(ou
     both protocols; with one reader's fairness taken away (it may stop
     mid-get, or never read) an allocation stays in the ring for ever."""
     live = {n: o for n, o in outcomes.items() if o.config.properties}
-    assert set(live) == {"MC_impl_prog.cfg", "MC_impl_prog_unread.cfg", "MC_vllm_prog.cfg", "MC_vllm_prog_unread.cfg"}
+    assert set(live) == {"MC_impl_prog.cfg", "MC_impl_prog_unread.cfg", "MC_vllm_prog.cfg", "MC_vllm_prog_unread.cfg",
+                         "MC_impl_prog_mortal.cfg", "MC_vllm_prog_mortal.cfg"}
     for name, o in live.items():
         assert o.ok and not o.config.symmetry and o.config.properties == ["PROGLive"], name
         a = o.agreement  # the same states up to symmetry; TLC, without it, counts every permutation
@@ -93,6 +94,29 @@ def test_prog_holds_as_liveness_under_fairness_and_fails_for_an_unfair_reader(ou
         # the unfair reader never reads the allocation, or stops in its get
         assert "stays in the ring for ever" in v.message and ("never finishes" in v.message or
                                                              "never reads it" in v.message), v.message
+
+
+@pytest.mark.slow
+@java
+def test_a_dead_reader_never_stops_impls_writer_and_pins_vllms_fifo_head(outcomes):
+    """Issue 28 in the spec (``Mortal``: a reader whose process may die
+    anywhere, the step ``die``): impl's writer forfeits a dead reader's
+    promised reads and ends its wait for the dead reader's pin, so PROGLive
+    and every invariant hold with the death at each point; vLLM's in-band
+    count never gets the dead reader's read, so its allocation pins the FIFO
+    head for ever, and the counterexample says it is the store's doing, not
+    a client rule broken."""
+    impl, vllm = outcomes["MC_impl_prog_mortal.cfg"], outcomes["MC_vllm_prog_mortal.cfg"]
+    assert impl.ok and impl.check.holds.status == "ok" and impl.check.found == {}
+    assert {"NRR", "PROM", "RC"} <= set(impl.config.invariants) and impl.agreement.ok
+    assert impl.agreement.model_violated == []
+    found = vllm.check.found["PROGLive"]
+    assert vllm.ok and found.status == "liveness"
+    [(v, replay)] = vllm.counterexamples
+    assert replay.model_departs is None and any(st["action"] == "die" for st in v.steps)
+    assert "died before its read of it counted" in v.message and "client rule" not in v.message, v.message
+    # the same configs without the death: both hold (tla/MC_impl_prog.cfg, tla/MC_vllm_prog.cfg)
+    assert outcomes["MC_vllm_prog.cfg"].check.found == {} and outcomes["MC_impl_prog.cfg"].check.found == {}
 
 
 @pytest.mark.slow
@@ -262,9 +286,13 @@ def test_spec_actions_model_steps_and_impl_yield_points_are_one_set():
     assert hardened == set(ATOMIC_STEPS) - set(LOCK_STEPS) - {"payload_read"}
     assert vllm == {"reader_check", "payload_read", "counter_increment", "header_write", "payload_write", "publish",
                     "free_step", "clear"}
-    assert spec_actions == hardened | vllm == set(ATOMIC_STEPS) - set(LOCK_STEPS)
+    assert hardened | vllm == set(ATOMIC_STEPS) - set(LOCK_STEPS)
+    # a mortal reader's death is a step of spec and model, and no store's
+    mortal = _actions(atomic.Config(("r1",), 5, (2,), ("k1",), 3, 2, 2, True, False, False, mortal=("r1",)))
+    assert mortal - hardened == set(FAULT_STEPS) == {"die"}
+    assert spec_actions == hardened | vllm | set(FAULT_STEPS)
     # impl's yield points: its read and write steps, payload_read only for a serde that keeps its buffer
-    assert set(yieldpoints.READ_POINTS) | set(yieldpoints.WRITE_POINTS) == spec_actions
+    assert set(yieldpoints.READ_POINTS) | set(yieldpoints.WRITE_POINTS) == spec_actions - set(FAULT_STEPS)
 
 
 def test_tla_values_parse_into_python():
