@@ -37,6 +37,7 @@ Everything is measured in this one run and printed as a table:
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import random
 import statistics
@@ -145,50 +146,60 @@ def long_run(steps: int, seed: int, trace_out: Path | None = None) -> dict[str, 
             "actions": dict(sorted(v.actions.items()))}
 
 
-def free_overhead(rounds: int, seconds: float, seed: int, trace_out: Path | None = None) -> dict[str, Any]:
-    """Recording's cost in free runs and one recorded run's validation (see the module docstring)."""
+def _free_run(seconds: float, seed: int, record: bool) -> Any:
+    """One free run of impl as the *free* and *seeds* parts make it (see the
+    module docstring): vLLM's construction, a 512-byte ring, objects of at
+    most 96 bytes, no zero-copy reads."""
     from shmspec.conformance.concurrency.freerun import FreeLoad, free_config, run_free
-    from shmspec.conformance.spec.validate import validate
+
+    config = free_config(2, data_buffer_size=512, max_object_size=96)
+    return run_free(_impl(), config, seconds, 2, seed, load=FreeLoad(p_zero_copy=0.0), record=record)
+
+
+@functools.cache
+def _impl() -> Any:
+    """The built-in store, loaded once per bench run."""
     from shmspec.conformance.targets.loader import load_target
 
-    target = load_target("impl")
-    config = free_config(2, data_buffer_size=512, max_object_size=96)
-    load = FreeLoad(p_zero_copy=0.0)
+    return load_target("impl")
+
+
+def _validated(trace: dict[str, Any]) -> dict[str, Any]:
+    """A recorded run checked by TLC: its events, spec steps, verdict,
+    departure (or None), TLC's seconds and distinct states."""
+    from shmspec.conformance.spec.validate import validate
+
+    v = validate(trace, timeout=600.0)
+    return {"events": len(trace["events"]), "spec_steps": v.steps, "verdict": v.verdict,
+            "departure": v.departure.describe() if v.departure else None, "tlc_seconds": round(v.seconds, 2),
+            "distinct_states": v.distinct}
+
+
+def free_overhead(rounds: int, seconds: float, seed: int, trace_out: Path | None = None) -> dict[str, Any]:
+    """Recording's cost in free runs and one recorded run's validation (see the module docstring)."""
     runs, first = [], None
     for i in range(rounds):
         for record in (False, True):
-            r = run_free(target, config, seconds, 2, seed + i, load=load, record=record)
+            r = _free_run(seconds, seed + i, record)
             runs.append({"record": record, "ops": r.ops, "ops_per_second": r.ops_per_second, "verdict": r.verdict,
                          "events": len(r.trace["events"]) if r.trace else 0})
             if record and first is None:
                 first = r.trace
     if trace_out is not None:
         trace_out.write_text(json.dumps(first))
-    v = validate(first, timeout=600.0)
     plain = statistics.median(r["ops_per_second"] for r in runs if not r["record"])
     rec = statistics.median(r["ops_per_second"] for r in runs if r["record"])
     return {"runs": runs, "seconds": seconds, "plain_ops_per_second": plain, "recorded_ops_per_second": rec,
             "recording_cost": round(1 - rec / plain, 3) if plain else None,
-            "validated": {"events": len(first["events"]), "spec_steps": v.steps, "verdict": v.verdict,
-                          "departure": v.departure.describe() if v.departure else None,
-                          "tlc_seconds": round(v.seconds, 2), "distinct_states": v.distinct}}
+            "validated": _validated(first)}
 
 
 def free_seeds(rounds: int, seconds: float, seed: int) -> list[dict[str, Any]]:
     """One recorded free run per seed, each validated (see the module docstring)."""
-    from shmspec.conformance.concurrency.freerun import FreeLoad, free_config, run_free
-    from shmspec.conformance.spec.validate import validate
-    from shmspec.conformance.targets.loader import load_target
-
-    target = load_target("impl")
-    config = free_config(2, data_buffer_size=512, max_object_size=96)
     out = []
     for s in range(seed, seed + rounds):
-        r = run_free(target, config, seconds, 2, s, load=FreeLoad(p_zero_copy=0.0), record=True)
-        v = validate(r.trace, timeout=600.0)
-        out.append({"seed": s, "history_check": r.verdict, "events": len(r.trace["events"]), "spec_steps": v.steps,
-                    "verdict": v.verdict, "departure": v.departure.describe() if v.departure else None,
-                    "tlc_seconds": round(v.seconds, 2)})
+        r = _free_run(seconds, s, record=True)
+        out.append({"seed": s, "history_check": r.verdict, **_validated(r.trace)})
     return out
 
 

@@ -288,7 +288,7 @@ def _run_free(target: LoadedTarget, gp: Any, seed: int, base: SessionConfig,
 
 RECORDED_FREE_OPS = 600
 """Writer operations of the free-running campaign's recorded run (work, not
-time: a run of 0.3 s gave 3,700-9,000 events, TLC 12-25 s, 2026-12-07)."""
+time; on impl 8,612 events, TLC 18.6 s, 2026-12-07: docs/trace-validation.md)."""
 RECORDED_FREE_SECONDS = 10.0
 """The recorded run's bound in seconds, should its operations take longer."""
 
